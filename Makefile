@@ -1,0 +1,58 @@
+# The two commands the README promises: `make demo` and `make test`.
+# Everything else here is a step of one of them.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+BIN := $(VENV)/bin
+PYTHON ?= python3
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+# Scenarios are picked up from molecule/*/molecule.yml; override to run a subset:
+#   make molecule SCENARIOS="toolchain_bookworm deepspeed_build"
+SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
+
+.PHONY: demo test venv venv-test harness lint sanity unit wheel molecule clean
+
+## demo: create .venv, then run the main job on the embedded default (this machine).
+demo: venv
+	$(BIN)/ansible-playbook build_deepspeed.yml
+
+## test: everything the tests need, then all tests.
+test: venv-test harness lint sanity unit wheel molecule
+
+$(BIN)/ansible-playbook: requirements.txt
+	bash scripts/bootstrap_venv.sh $(VENV) requirements.txt
+	touch $@
+
+$(BIN)/molecule: requirements.txt requirements-test.txt
+	bash scripts/bootstrap_venv.sh $(VENV) requirements-test.txt
+	touch $@
+
+venv: $(BIN)/ansible-playbook
+venv-test: $(BIN)/ansible-playbook $(BIN)/molecule
+
+## harness: a Docker engine, the molecule base images, the host wheelhouse.
+harness:
+	bash scripts/ensure_docker.sh
+	bash scripts/base_images.sh bookworm bullseye
+	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh
+
+lint: venv-test
+	$(BIN)/yamllint -s .
+	$(BIN)/ansible-lint --profile production
+
+sanity: venv-test
+	bash scripts/sanity.sh
+
+unit: venv-test
+	$(BIN)/python -m pytest -q tests/unit
+
+## wheel: the real build on this machine, twice: the second run must change nothing.
+wheel: venv
+	bash scripts/check_build_idempotent.sh
+
+molecule: venv-test harness
+	bash scripts/run_molecule.sh $(SCENARIOS)
+
+clean:
+	rm -rf $(VENV) .cache dist runs
