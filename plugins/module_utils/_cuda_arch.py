@@ -1,0 +1,128 @@
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+"""TORCH_CUDA_ARCH_LIST: validate an explicit list, or derive it from the GPUs present.
+
+A wheel's CUDA kernels only run on the architectures they were compiled for
+("no kernel image is available for execution on the device"), so `auto` takes the
+union over the build host's GPUs and adds +PTX on the highest, which newer GPUs
+can JIT from.
+"""
+from __future__ import annotations
+
+import re
+
+# `7.5`, `9.0a` (arch-specific), `10.0f` (family), each optionally `+PTX`.
+_TOKEN = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+
+# GPU name -> compute capability, for drivers too old for `--query-gpu=compute_cap`
+# (added in R510). Longest match wins ("RTX 4090" before "RTX 40").
+NAME_TO_ARCH = {
+    # From the seed's table (shared/seeds/001): consumer and datacenter cards.
+    "RTX 2080 Ti": "7.5", "RTX 2080": "7.5", "RTX 2070": "7.5",
+    "RTX 3080": "8.6", "RTX 3070": "8.6",
+    "RTX 4080": "8.9", "RTX 4070": "8.9", "RTX 4090": "8.9",
+    "V100": "7.0", "A100": "8.0",
+    # Others seen in clusters.
+    "P100": "6.0", "P40": "6.1", "T4": "7.5", "TITAN RTX": "7.5", "Quadro RTX": "7.5",
+    "RTX 3090": "8.6", "RTX 3060": "8.6", "RTX A6000": "8.6", "RTX A5000": "8.6",
+    "A800": "8.0", "A30": "8.0", "A10": "8.6", "A40": "8.6", "A16": "8.6", "A2": "8.6",
+    "L4": "8.9", "L40": "8.9", "L40S": "8.9", "RTX 6000 Ada": "8.9",
+    "H100": "9.0", "H800": "9.0", "H200": "9.0", "H20": "9.0", "GH200": "9.0",
+    "B200": "10.0", "GB200": "10.0", "B100": "10.0",
+}
+
+
+class ArchListError(ValueError):
+    """Bad arch list or undetectable GPUs; the message names the bad part."""
+
+
+def _key(token):
+    major, minor, suffix, _ptx = _TOKEN.match(token).groups()
+    return (int(major), int(minor), suffix)
+
+
+def parse_arch_list(text, variable="deepspeed_build_cuda_arch_list"):
+    """'7.5;8.0 9.0+PTX' -> ['7.5', '8.0', '9.0+PTX'] (sorted, unique), or ArchListError."""
+    tokens = [t for t in re.split(r"[;\s]+", str(text or "").strip()) if t]
+    if not tokens:
+        raise ArchListError("%s is empty: give compute capabilities such as '7.5;8.0;9.0+PTX' "
+                            "or 'auto'" % variable)
+    bad = [t for t in tokens if not _TOKEN.match(t)]
+    if bad:
+        raise ArchListError(
+            "%s=%r: %s not a compute capability; valid tokens look like 7.5, 8.0, 9.0a, "
+            "9.0+PTX (separated by ';'), e.g. '7.5;8.0;9.0+PTX'"
+            % (variable, str(text), ", ".join("%r is" % t for t in bad) if len(bad) == 1
+               else ", ".join(repr(t) for t in bad) + " are"))
+    seen = {}
+    for token in tokens:
+        base = token.replace("+PTX", "")
+        # '9.0' and '9.0+PTX' together mean '9.0+PTX'.
+        seen[base] = seen.get(base, False) or token.endswith("+PTX")
+    return [b + ("+PTX" if ptx else "") for b, ptx in sorted(seen.items(), key=lambda kv: _key(kv[0]))]
+
+
+def arch_for_name(name):
+    """Compute capability for a GPU name via NAME_TO_ARCH (longest key contained), or None."""
+    upper = name.upper()
+    best = None
+    for key, arch in NAME_TO_ARCH.items():
+        if re.search(r"(^|[\s-])%s($|[\s-])" % re.escape(key.upper()), upper):
+            if best is None or len(key) > len(best[0]):
+                best = (key, arch)
+    return best[1] if best else None
+
+
+def parse_nvidia_smi(output):
+    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` (or name only) ->
+    [{'name':..., 'compute_cap': '9.0' or None}]."""
+    gpus = []
+    for line in (output or "").splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 2 and re.fullmatch(r"\d+\.\d+", parts[-1]):
+            name, cap = ", ".join(parts[:-1]), parts[-1]
+        elif len(parts) >= 2 and parts[-1] in ("[N/A]", "N/A", ""):
+            name, cap = ", ".join(parts[:-1]), None
+        else:  # a name-only query (drivers before R510)
+            name, cap = line, None
+        gpus.append({"name": name, "compute_cap": cap or arch_for_name(name)})
+    return gpus
+
+
+def auto_arch_list(gpus):
+    """Union of the GPUs' capabilities, +PTX on the highest. ArchListError if none known."""
+    if not gpus:
+        raise ArchListError(
+            "deepspeed_build_cuda_arch_list=auto: no GPU is visible on this build host "
+            "(nvidia-smi found none); set the list explicitly, e.g. '8.0;9.0+PTX'")
+    unknown = [g["name"] for g in gpus if not g.get("compute_cap")]
+    if unknown:
+        raise ArchListError(
+            "deepspeed_build_cuda_arch_list=auto: the compute capability of %s is unknown "
+            "(driver too old for --query-gpu=compute_cap and not in the name table); "
+            "set the list explicitly, e.g. '8.0;9.0+PTX'" % ", ".join(sorted(set(unknown))))
+    caps = sorted({g["compute_cap"] for g in gpus}, key=lambda c: _key(c))
+    caps[-1] = caps[-1] + "+PTX"
+    return caps
+
+
+def covers(arch_list, compute_cap):
+    """True when kernels built for arch_list run on a GPU of compute_cap.
+
+    SASS for sm_XY runs on the same major with minor >= Y; PTX for an arch JIT-compiles
+    on any GPU at or above it. Arch-specific targets (9.0a) run only on that exact arch.
+    """
+    target = tuple(int(p) for p in compute_cap.split("."))
+    for token in parse_arch_list(";".join(arch_list) if isinstance(arch_list, list) else arch_list):
+        major, minor, suffix = _key(token.replace("+PTX", ""))
+        if token.endswith("+PTX") and (major, minor) <= target:
+            return True
+        if suffix == "a":
+            if (major, minor) == target:
+                return True
+        elif major == target[0] and minor <= target[1]:
+            return True
+    return False

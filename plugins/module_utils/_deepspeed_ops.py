@@ -1,0 +1,186 @@
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+"""DeepSpeed op builders: what a source tree can build, and whether a wheel holds them.
+
+DeepSpeed's setup.py skips a requested op that is "incompatible" with a warning
+and the wheel ships without it; the op is then JIT-compiled on every node at run
+time. So the build validates requested ops against the builders that the source
+really has for the chosen accelerator (read statically with `ast`: no torch, no
+import of DeepSpeed), and afterwards checks each op's extension is in the wheel.
+"""
+from __future__ import annotations
+
+import ast
+import os
+import re
+import zipfile
+
+# Host-side optimizers that the CUDA accelerator takes from op_builder/cpu
+# (DeepSpeed >= 0.17 moved them there; older trees have them top-level).
+CUDA_SHARED_CPU_OPS = ("cpu_adam", "cpu_adagrad", "cpu_lion")
+# Builders that are placeholders, not ops.
+_PLACEHOLDERS = ("deepspeed_not_implemented",)
+
+
+class OpsError(ValueError):
+    """Unknown op, or an op missing from the wheel; the message names it."""
+
+
+def _class_constants(node):
+    consts = {}
+    for stmt in node.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            value = stmt.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                consts[stmt.targets[0].id] = value.value
+    return consts
+
+
+def _absolute_name(node, name):
+    """The extension's import path from `def absolute_name(self): return f'...{self.NAME}_op'`."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "absolute_name":
+            for sub in ast.walk(stmt):
+                if isinstance(sub, ast.Return) and sub.value is not None:
+                    value = sub.value
+                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                        return value.value
+                    if isinstance(value, ast.JoinedStr):
+                        out = []
+                        for part in value.values:
+                            if isinstance(part, ast.Constant):
+                                out.append(str(part.value))
+                            elif (isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Attribute)
+                                  and part.value.attr == "NAME"):
+                                out.append(name)
+                            else:
+                                return None
+                        return "".join(out)
+    return None
+
+
+def scan_builder_file(path):
+    """Op builders defined in one op_builder/*.py file: [{name, builder, build_var, module}]."""
+    with open(path, "rb") as handle:
+        tree = ast.parse(handle.read(), filename=path)
+    ops = []
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and node.name.endswith("Builder"):
+            consts = _class_constants(node)
+            if "NAME" in consts and "BUILD_VAR" in consts and consts["NAME"] not in _PLACEHOLDERS:
+                ops.append({
+                    "name": consts["NAME"],
+                    "builder": node.name,
+                    "build_var": consts["BUILD_VAR"],
+                    "module": _absolute_name(node, consts["NAME"]),
+                })
+    return ops
+
+
+def _scan_dir(directory):
+    ops = []
+    for entry in sorted(os.listdir(directory)):
+        if entry.endswith(".py") and entry not in ("__init__.py", "builder.py", "all_ops.py"):
+            ops.extend(scan_builder_file(os.path.join(directory, entry)))
+    return ops
+
+
+def available_ops(source_dir, accelerator):
+    """Ops the source tree can prebuild for `accelerator` ('cpu' or 'cuda'), sorted by name."""
+    op_dir = os.path.join(source_dir, "op_builder")
+    if not os.path.isdir(op_dir):
+        raise OpsError("%s has no op_builder/ directory: not a DeepSpeed source tree" % source_dir)
+    if accelerator == "cpu":
+        ops = _scan_dir(os.path.join(op_dir, "cpu"))
+    elif accelerator == "cuda":
+        ops = _scan_dir(op_dir)
+        have = {op["name"] for op in ops}
+        cpu_dir = os.path.join(op_dir, "cpu")
+        if os.path.isdir(cpu_dir):
+            ops.extend(op for op in _scan_dir(cpu_dir) if op["name"] in CUDA_SHARED_CPU_OPS and op["name"] not in have)
+    else:
+        raise OpsError("accelerator %r: only 'cpu' and 'cuda' builds are supported" % accelerator)
+    by_name = {}
+    for op in ops:
+        by_name.setdefault(op["name"], op)
+    return [by_name[n] for n in sorted(by_name)]
+
+
+def aliases(op):
+    """Names a user may write for an op: its NAME and its DS_BUILD_* suffix (shm_comm, aio)."""
+    names = {op["name"]}
+    if op["build_var"].startswith("DS_BUILD_"):
+        names.add(op["build_var"][len("DS_BUILD_"):].lower())
+    return names
+
+
+def select_ops(requested, available, accelerator, variable="deepspeed_build_ops"):
+    """Resolve requested names to builders, or OpsError naming every unknown op and the valid ones."""
+    index = {}
+    for op in available:
+        for alias in aliases(op):
+            index.setdefault(alias, op)
+    unknown = [r for r in requested if r not in index]
+    if unknown:
+        raise OpsError(
+            "%s: %s not %s op of this DeepSpeed source for accelerator %s; valid ops: %s"
+            % (variable, ", ".join(repr(u) for u in unknown),
+               "an" if len(unknown) == 1 else "ops", accelerator,
+               ", ".join(op["name"] for op in available)))
+    selected = []
+    for r in requested:
+        if index[r] not in selected:
+            selected.append(index[r])
+    return selected
+
+
+def build_env(selected):
+    """Environment for setup.py: DS_BUILD_OPS=0 (nothing implicit) plus DS_BUILD_<OP>=1 each."""
+    env = {"DS_BUILD_OPS": "0"}
+    for op in selected:
+        env[op["build_var"]] = "1"
+    return env
+
+
+def ops_in_wheel(wheel_path, selected):
+    """Map op name -> path of its compiled extension inside the wheel (None when missing)."""
+    with zipfile.ZipFile(wheel_path) as wheel:
+        names = wheel.namelist()
+    found = {}
+    for op in selected:
+        prefix = (op["module"] or "").replace(".", "/")
+        found[op["name"]] = next(
+            (n for n in names if prefix and n.startswith(prefix + ".") and n.endswith((".so", ".pyd"))), None)
+    return found
+
+
+def failure_reason(op, build_log):
+    """Best line from the build log explaining why an op is missing from the wheel."""
+    lines = (build_log or "").splitlines()
+    patterns = [
+        re.compile(r"Skip pre-compile of incompatible %s\b.*" % re.escape(op["name"])),
+        re.compile(r"\b%s\b.*(requires|not compatible|incompatible|missing|not found|unable).*" % re.escape(op["name"]),
+                   re.IGNORECASE),
+        re.compile(r"error: .*%s" % re.escape((op["module"] or op["name"]).split(".")[-1])),
+    ]
+    for pattern in patterns:
+        for line in lines:
+            match = pattern.search(line)
+            if match:
+                return re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
+    errors = [line.strip() for line in lines if re.search(r"\berror\b", line, re.IGNORECASE)]
+    if errors:
+        return errors[-1]
+    return "setup.py did not build it and logged no reason"
+
+
+def check_wheel(wheel_path, selected, build_log):
+    """Raise OpsError naming each requested op missing from the wheel, with the log's reason."""
+    found = ops_in_wheel(wheel_path, selected)
+    missing = [op for op in selected if not found[op["name"]]]
+    if missing:
+        raise OpsError("; ".join(
+            "op %s (%s=1) is not in %s: %s" % (op["name"], op["build_var"], os.path.basename(wheel_path),
+                                               failure_reason(op, build_log))
+            for op in missing))
+    return found

@@ -1,0 +1,138 @@
+#!/usr/bin/python
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: deepspeed_wheel_manifest
+short_description: Check that a freshly built DeepSpeed wheel holds every requested op, and write its manifest
+version_added: 0.1.0
+description:
+  - Opens the wheel, looks for the compiled extension of each requested op and fails naming every
+    missing op with the reason found in the build log (DeepSpeed's C(setup.py) skips an op it cannot
+    build with only a warning; the op would then be JIT-compiled on every node at run time).
+  - Writes C(<wheel>.manifest.json) beside the wheel (see docs/manifest.md), atomically, after the
+    checks pass. The manifest records the wheel's sha256, python tag and platform, and everything in
+    O(info).
+author: multinode.training maintainers
+options:
+  wheel:
+    description: Path of the wheel on this host.
+    type: path
+    required: true
+  ops:
+    description: The requested ops as returned by M(multinode.training.deepspeed_build_plan) (name, builder, build_var, module).
+    type: list
+    elements: dict
+    required: true
+  build_log:
+    description: The build's log file, searched for the reason an op is missing.
+    type: path
+  info:
+    description: Fields merged into the manifest (deepspeed, accelerator, torch, cuda, cpu, compiler, build...).
+    type: dict
+    default: {}
+attributes:
+  check_mode:
+    support: full
+    description: Checks the wheel; does not write the manifest.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Check the ops and write the manifest
+  multinode.training.deepspeed_wheel_manifest:
+    wheel: /var/tmp/build/staging/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl
+    ops: "{{ plan.ops }}"
+    build_log: /var/tmp/build/staging/build.log
+    info:
+      accelerator: cpu
+      deepspeed: {version: 0.19.8}
+"""
+
+RETURN = r"""
+manifest:
+  description: The manifest written (docs/manifest.md).
+  returned: always
+  type: dict
+manifest_path:
+  description: Where the manifest is.
+  returned: always
+  type: str
+  sample: /var/tmp/build/staging/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.manifest.json
+"""
+
+import hashlib
+import json
+import os
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_ops
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def wheel_tags(filename):
+    """deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl -> (cp311, cp311, linux_x86_64)."""
+    parts = filename[:-len(".whl")].split("-")
+    if len(parts) < 5:
+        raise ValueError("%s is not a wheel file name (name-version-python-abi-platform.whl)" % filename)
+    return parts[-3], parts[-2], parts[-1]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            wheel=dict(type="path", required=True),
+            ops=dict(type="list", elements="dict", required=True),
+            build_log=dict(type="path"),
+            info=dict(type="dict", default={}),
+        ),
+        supports_check_mode=True,
+    )
+    wheel = module.params["wheel"]
+    if not os.path.isfile(wheel):
+        module.fail_json(msg="no wheel at %s: the build did not produce one" % wheel)
+    log = ""
+    if module.params["build_log"] and os.path.isfile(module.params["build_log"]):
+        with open(module.params["build_log"], errors="replace") as handle:
+            log = handle.read()
+    try:
+        found = _deepspeed_ops.check_wheel(wheel, module.params["ops"], log)
+        python_tag, abi, platform = wheel_tags(os.path.basename(wheel))
+    except (_deepspeed_ops.OpsError, ValueError) as exc:
+        module.fail_json(msg=str(exc))
+
+    manifest = {"schema": 1, "wheel": os.path.basename(wheel), "wheel_sha256": sha256(wheel),
+                "wheel_size": os.path.getsize(wheel)}
+    manifest.update(module.params["info"])
+    manifest["python"] = dict(manifest.get("python") or {}, tag=python_tag, abi=abi, platform=platform)
+    manifest["ops"] = [dict(name=op["name"], builder=op["builder"], build_var=op["build_var"],
+                            module=op["module"], file=found[op["name"]]) for op in module.params["ops"]]
+    path = wheel + ".manifest.json"
+    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    old = None
+    if os.path.exists(path):
+        with open(path) as handle:
+            old = handle.read()
+    changed = old != text
+    if changed and not module.check_mode:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".manifest.")
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.rename(tmp, path)
+    module.exit_json(changed=changed, manifest=manifest, manifest_path=path)
+
+
+if __name__ == "__main__":
+    main()
