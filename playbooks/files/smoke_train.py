@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+"""Smoke job bundled with multinode.training: proves a launch end to end.
+
+1. torch.distributed all-reduce of the ranks (gloo on CPU, nccl on GPU): every
+   rank prints the world size and the sum, which must be 0+1+...+(world_size-1).
+2. A tiny DeepSpeed ZeRO training loop with the optimizer offloaded to the CPU,
+   i.e. DeepSpeedCPUAdam from the *prebuilt* cpu_adam op. TORCH_EXTENSIONS_DIR
+   points at an empty directory and must still be empty afterwards: no JIT build.
+
+Failure injection for tests: --fail-rank R --fail-step S raises on rank R at
+step S (the error lands in torchrun's per-rank error.json through @record).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--zero-stage", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--fail-step", type=int, default=1)
+    parser.add_argument("--skip-deepspeed", action="store_true")
+    parser.add_argument("--echo-args", action="store_true",
+                        help="print the arguments received (each repr'd) and exit after the all-reduce")
+    parser.add_argument("extra", nargs="*", help="free arguments, only echoed")
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    @record
+    def run():
+        return _run(parse_args(argv))
+
+    return run()
+
+
+def _run(args):
+    import torch
+    import torch.distributed as dist
+
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend=backend)
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if backend == "nccl" else torch.device("cpu")
+    tensor = torch.tensor([float(rank)], device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    total = int(tensor.item())
+    expected = world_size * (world_size - 1) // 2
+    print("smoke: rank=%d world_size=%d allreduce_sum=%d expected=%d host=%s"
+          % (rank, world_size, total, expected, os.uname()[1]), flush=True)
+    if args.echo_args:
+        print("smoke: args=%r" % (args.extra,), flush=True)
+    if total != expected:
+        raise RuntimeError("all-reduce of ranks gave %d, expected %d" % (total, expected))
+
+    if not args.skip_deepspeed:
+        train(args, rank, world_size, device)
+    elif args.fail_rank == rank:
+        dist.barrier()
+        raise RuntimeError("injected failure on rank %d at step %d" % (rank, args.fail_step))
+    dist.barrier()
+    dist.destroy_process_group()
+    print("smoke: rank=%d done" % rank, flush=True)
+    return 0
+
+
+def train(args, rank, world_size, device):
+    import torch
+
+    ext_dir = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not ext_dir:
+        ext_dir = tempfile.mkdtemp(prefix="smoke-torch-ext-")
+        os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    os.makedirs(ext_dir, exist_ok=True)
+    before = sorted(os.listdir(ext_dir))
+
+    import deepspeed
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = DeepSpeedCPUAdam(model.parameters(), lr=1e-2)
+    config = {
+        "train_micro_batch_size_per_gpu": 8,
+        "gradient_accumulation_steps": 1,
+        "zero_optimization": {
+            "stage": args.zero_stage,
+            "offload_optimizer": {"device": "cpu"},
+        },
+        "zero_allow_untested_optimizer": True,
+        "steps_per_print": 10 ** 9,
+    }
+    engine, _, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
+    generator = torch.Generator().manual_seed(rank)
+    inputs = torch.randn(64, 16, generator=generator)
+    targets = inputs.sum(dim=1, keepdim=True)
+    for step in range(1, args.steps + 1):
+        if args.fail_rank == rank and step == args.fail_step:
+            raise RuntimeError("injected failure on rank %d at step %d" % (rank, step))
+        batch = slice((step * 8) % 64, (step * 8) % 64 + 8)
+        loss = torch.nn.functional.mse_loss(engine(inputs[batch].to(device)), targets[batch].to(device))
+        engine.backward(loss)
+        engine.step()
+        print("smoke: rank=%d step=%d loss=%.6f" % (rank, step, loss.item()), flush=True)
+    after = sorted(os.listdir(ext_dir))
+    if after != before:
+        raise RuntimeError("JIT build detected: %s gained %s" % (ext_dir, sorted(set(after) - set(before))))
+    print("smoke: rank=%d optimizer=%s zero_stage=%d jit_build=none" % (rank, type(optimizer).__name__, args.zero_stage),
+          flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,681 @@
+#!/usr/bin/python
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: torchrun
+short_description: Start, wait for or stop a torchrun (torch.distributed.run) job on this node
+version_added: 0.1.0
+description:
+  - Runs C(python -m torch.distributed.run) from a configured venv as an argv list (never through a
+    shell), in its own process session, so that the whole job can be stopped as a group.
+  - A job lives under O(log_dir)/O(job_id)/ on the node - C(job.json) (what was started),
+    C(torchrun.log) (the agent's output), C(result.json) (rc and times), and C(ranks/) with torchrun's
+    per-rank C(stdout.log), C(stderr.log) and C(error.json) (C(--log_dir), C(--redirects 3)).
+  - Every process of the job carries C(MULTINODE_TRAINING_JOB=<job id>) in its environment. O(state=stopped)
+    uses it to find and kill what is left after the process group was signalled, including workers that
+    torchrun started in sessions of their own, and fails if anything survives.
+  - A started job is run by a small supervisor process (the session leader). It enforces O(timeout) even
+    when the controller has gone away, records torchrun's exit status and kills leftovers of the job.
+  - When a job fails, the module reads torchrun's failure summary and the per-rank C(error.json) files and
+    returns per-rank exit codes, the root-cause error (the first first-hand failure, not the peers that
+    died because of it) and the tail of the failing rank's log.
+  - Job ids are never reused - O(state=started) refuses an id whose job directory already holds a finished
+    job, because a reused rendezvous id lets two jobs join each other.
+author:
+  - multinode.training maintainers
+options:
+  state:
+    description:
+      - V(started) spawns the job detached and returns its pid/pgid and job directory. Starting a job id that is
+        running already changes nothing.
+      - V(finished) waits for a started job with this O(job_id) to end, or when none was started, runs one and
+        waits. Fails when the job fails, naming the rank, its exit code and the root-cause error.
+      - V(stopped) stops the job - SIGTERM to its process group, SIGKILL after O(stop_grace) seconds, then every
+        process still carrying the job marker - and fails if one survives.
+    type: str
+    choices: [started, finished, stopped]
+    default: finished
+  script:
+    description:
+      - Training script passed to torchrun. Relative paths are relative to O(chdir). Must exist on the node.
+      - Mutually exclusive with O(module).
+    type: path
+  module:
+    description: Python module to run instead of a script (torchrun C(-m)).
+    type: str
+  args:
+    description:
+      - Arguments for the script, a list. Each item reaches the script as exactly one argument, unchanged -
+        spaces, quotes, V(;) and V($) included (no shell is involved).
+      - Anything but a list is refused (a string would be split by Ansible's list conversion).
+    type: raw
+    default: []
+  nnodes:
+    description: Number of nodes, V(N), or an elastic range V(MIN:MAX) with MIN <= MAX.
+    type: str
+    default: "1"
+  nproc_per_node:
+    description:
+      - Processes (ranks) on this node. V(auto) uses the node's GPU count (C(nvidia-smi -L), else
+        C(/proc/driver/nvidia/gpus)); on a node without GPUs O(cpu_nproc) processes.
+    type: str
+    default: auto
+  cpu_nproc:
+    description: Process count for O(nproc_per_node=auto) on a node without GPUs.
+    type: int
+  node_rank:
+    description: Rank of this node, for static rendezvous. Leave unset with c10d (ranks are assigned).
+    type: int
+  rdzv_backend:
+    description: Rendezvous backend (C(--rdzv_backend)).
+    type: str
+    default: c10d
+  rdzv_endpoint:
+    description:
+      - Rendezvous endpoint C(host:port); IPv6 addresses in brackets (V([fd00::1]:29400)); a bare IPv6 address
+        is refused. Required when the job spans more than one node.
+    type: str
+  rdzv_id:
+    description:
+      - Rendezvous id of the job (C(--rdzv_id)); must be unique per job. Letters, digits, C(_), C(.), C(-).
+      - Required for O(state=started) and O(state=finished) when no job was started.
+    type: str
+  job_id:
+    description:
+      - Names the job directory and the C(MULTINODE_TRAINING_JOB) marker. Defaults to O(rdzv_id).
+      - O(state=stopped) and waiting with O(state=finished) identify the job with it.
+    type: str
+  rdzv_conf:
+    description:
+      - Rendezvous configuration as a dictionary, passed as C(--rdzv_conf key=value,...), for example
+        C(join_timeout) (seconds to wait for all nodes) or C(read_timeout).
+    type: dict
+    default: {}
+  max_restarts:
+    description: How often torchrun restarts the worker group after a failure.
+    type: int
+    default: 0
+  local_addr:
+    description: Address of this node that the rendezvous advertises (C(--local_addr)).
+    type: str
+  env:
+    description:
+      - Extra environment for the job, over the node's environment and O(env_files).
+      - Values of keys that look secret (containing C(TOKEN), C(KEY), C(SECRET), C(PASSWORD), C(PASSWD),
+        C(CREDENTIAL)) are masked in everything the module returns; they are never written to the job
+        files.
+    type: dict
+    default: {}
+  env_files:
+    description:
+      - Files of C(KEY=VALUE) lines (C(#) comments, optional C(export), optional quotes) read in order and
+        added to the job's environment, e.g. the NCCL file written by role multinode.training.nccl_tuning.
+      - A missing or malformed file is an error before anything starts.
+    type: list
+    elements: path
+    default: []
+  venv:
+    description: Virtual environment whose C(bin/python) runs torchrun. Ignored when O(python) is set.
+    type: path
+    default: /opt/multinode-training/venv
+  python:
+    description: Python interpreter that runs torchrun (has torch installed).
+    type: path
+  chdir:
+    description: Working directory of the job. Defaults to the job directory.
+    type: path
+  log_dir:
+    description: Directory holding one directory per job (see description).
+    type: path
+    default: /var/log/multinode-training
+  tee:
+    description: Also copy every rank's output into C(torchrun.log) (torchrun C(--tee 3)), prefixed by rank.
+    type: bool
+    default: false
+  timeout:
+    description:
+      - Seconds the job may run before it is stopped (enforced on the node by the supervisor); V(0) means
+        no limit. With O(state=finished) the module also stops waiting after it.
+    type: int
+    default: 0
+  stop_grace:
+    description: Seconds between SIGTERM and SIGKILL when a job is stopped or times out.
+    type: int
+    default: 15
+  tail_lines:
+    description: Lines of the failing rank's log returned in RV(log_tail).
+    type: int
+    default: 30
+attributes:
+  check_mode:
+    support: full
+    details:
+      - V(started) and V(finished) validate everything and return the command without starting it.
+        V(stopped) reports what it would kill.
+  diff_mode:
+    support: none
+  idempotent:
+    description: Whether the module changes nothing when run twice.
+    support: partial
+    details:
+      - A launch is not idempotent by nature. Starting a job id that is running changes nothing; stopping a job
+        that is gone changes nothing; a finished job id is refused rather than run again.
+  platform:
+    platforms: posix
+notes:
+  - The node needs Linux C(/proc) (the job's processes are found through their environment).
+  - The module runs torchrun with C(LOGLEVEL=INFO) (unless O(env) sets it) so that the agent logs the rendezvous
+    result, where RV(world_size) and the node's global ranks come from.
+seealso:
+  - name: torchrun (Elastic Launch)
+    description: torchrun's options and rendezvous.
+    link: https://pytorch.org/docs/stable/elastic/run.html
+  - name: Error propagation
+    description: How torchrun records per-rank errors (C(@record), C(error.json)).
+    link: https://pytorch.org/docs/stable/elastic/errors.html
+"""
+
+EXAMPLES = r"""
+- name: Run a two-node job and wait for it (on every node of the play)
+  multinode.training.torchrun:
+    script: /srv/train/train.py
+    args: ["--config", "conf/run 1.yaml", "--note", "a;b $HOME"]
+    nnodes: 2
+    nproc_per_node: auto
+    rdzv_endpoint: "10.0.0.11:29400"
+    rdzv_id: "job-20261121-a1b2"
+    rdzv_conf:
+      join_timeout: 300
+    env:
+      HF_TOKEN: "{{ vault_hf_token }}"
+    env_files:
+      - /etc/multinode-training/nccl.env
+    timeout: 7200
+
+- name: Start the job on every node concurrently, then wait for all of them
+  multinode.training.torchrun:
+    state: started
+    module: mypkg.train
+    nnodes: "1:4"
+    cpu_nproc: 2
+    rdzv_endpoint: "[fd00::11]:29400"
+    rdzv_id: "{{ job_id }}"
+    timeout: 3600
+
+- name: Wait for it
+  multinode.training.torchrun:
+    state: finished
+    job_id: "{{ job_id }}"
+    timeout: 3600
+
+- name: Stop the job everywhere and check that nothing of it survives
+  multinode.training.torchrun:
+    state: stopped
+    job_id: "{{ job_id }}"
+    stop_grace: 10
+"""
+
+RETURN = r"""
+job_id:
+  description: The job's id (job directory name and process marker).
+  returned: always
+  type: str
+  sample: job-20261121-a1b2
+job_dir:
+  description: Directory of the job on the node; fetch it to collect the logs.
+  returned: always
+  type: str
+  sample: /var/log/multinode-training/job-20261121-a1b2
+cmd:
+  description: The torchrun argv, secrets masked.
+  returned: when a job was started or found
+  type: list
+  elements: str
+  sample: ["/opt/multinode-training/venv/bin/python", "-m", "torch.distributed.run", "--nnodes", "2"]
+pid:
+  description: Pid of the job's supervisor, the leader of its process session and group.
+  returned: when a job was started or found
+  type: int
+pgid:
+  description: Process group of the job (equal to RV(pid)).
+  returned: when a job was started or found
+  type: int
+nproc_per_node:
+  description: Processes started on this node (O(nproc_per_node=auto) resolved).
+  returned: when a job was started or found
+  type: int
+gpu_count:
+  description: GPUs found on the node when O(nproc_per_node=auto).
+  returned: when O(nproc_per_node=auto)
+  type: int
+rc:
+  description: torchrun's exit status (negative - killed by that signal); null while it runs.
+  returned: state is finished or stopped
+  type: int
+duration:
+  description: Seconds from start to end of torchrun.
+  returned: state is finished
+  type: float
+world_size:
+  description: World size of the job, from the rendezvous result torchrun logged; null when it never got there.
+  returned: state is finished
+  type: int
+group_rank:
+  description: Rank of this node in the rendezvous.
+  returned: state is finished
+  type: int
+ranks:
+  description: Per local rank - global rank, exit code and state (succeeded, failed, terminated, unknown).
+  returned: state is finished
+  type: list
+  elements: dict
+  sample: [{"local_rank": 0, "rank": 2, "exitcode": 1, "state": "failed"}]
+failures:
+  description:
+    - Failed ranks on this node with exit code, message (last line of the error), error file, time stamp
+      (C(timestamp), seconds since the epoch) and C(peer) (true when the error looks like the consequence of
+      another rank's failure or of a kill by the agent).
+  returned: state is finished
+  type: list
+  elements: dict
+root_cause:
+  description: The failure that happened first on this node (first-hand failures before peer errors).
+  returned: state is finished and the job failed
+  type: dict
+  sample: {"rank": 3, "local_rank": 1, "exitcode": 1, "message": "RuntimeError: injected failure"}
+root_cause_line:
+  description: One line naming rank, node and error.
+  returned: state is finished and the job failed
+  type: str
+log_tail:
+  description: Last O(tail_lines) lines of the failing rank's log (stderr, else stdout; C(torchrun.log) when no rank failed).
+  returned: state is finished and the job failed
+  type: str
+timed_out:
+  description: Whether the job was stopped because it ran past O(timeout).
+  returned: state is finished
+  type: bool
+stopped:
+  description: Whether the job was stopped (O(state=stopped) or a signal) rather than ending by itself.
+  returned: state is finished or stopped
+  type: bool
+killed:
+  description: Pids that were signalled to stop the job.
+  returned: state is stopped
+  type: list
+  elements: int
+survivors:
+  description: Processes of the job still alive after stopping (the module fails when there are any).
+  returned: state is stopped
+  type: list
+  elements: dict
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
+    JOB_DIR_ENV,
+    JOB_ENV,
+    TorchrunError,
+    build_argv,
+    count_gpus_nvidia_smi,
+    is_peer_error,
+    mask,
+    parse_agent_log,
+    parse_env_file,
+    parse_error_file,
+    pick_root_cause,
+    rank_results,
+    resolve_nproc,
+    secret_values,
+    summarize_failure,
+    tail,
+    validate_job_id,
+)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import (
+    SUPERVISOR_SOURCE,
+    describe,
+    find_job_processes,
+    process_state,
+    stop_job,
+)
+
+
+def _read_text(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return ""
+
+
+def _read_json(path):
+    text = _read_text(path)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.rename(tmp, path)
+
+
+def gpu_count(module):
+    smi = module.get_bin_path("nvidia-smi")
+    if smi:
+        rc, out, _err = module.run_command([smi, "-L"])
+        if rc == 0:
+            return count_gpus_nvidia_smi(out)
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def job_alive(pid, job_id, job_dir):
+    """The supervisor still runs (and the pid was not reused by something else)."""
+    if not pid or process_state(pid) in (None, "Z", "X"):
+        return False
+    return pid in find_job_processes(job_id, exclude=(), job_dir=job_dir)
+
+
+def rank_dirs(job_dir):
+    """local rank -> directory of its latest attempt under ranks/<run>_<random>/attempt_<n>/<rank>/."""
+    found = {}
+    base = os.path.join(job_dir, "ranks")
+    for root, dirs, _files in os.walk(base):
+        name = os.path.basename(root)
+        if name.startswith("attempt_") and name[8:].isdigit():
+            attempt = int(name[8:])
+            for local in dirs:
+                if local.isdigit():
+                    key = int(local)
+                    if key not in found or found[key][0] < attempt:
+                        found[key] = (attempt, os.path.join(root, local))
+    return {key: value[1] for key, value in found.items()}
+
+
+def _time_of(entry, error_file):
+    if error_file and os.path.exists(error_file):
+        return os.path.getmtime(error_file)
+    if entry.get("time"):
+        try:
+            return time.mktime(time.strptime(entry["time"], "%Y-%m-%d_%H:%M:%S"))
+        except ValueError:
+            return None
+    return None
+
+
+def collect(job_dir, job, result_data, tail_lines):
+    """Everything the job left behind on this node -> return values."""
+    agent_log = _read_text(os.path.join(job_dir, "torchrun.log"))
+    parsed = parse_agent_log(agent_log)
+    dirs = rank_dirs(job_dir)
+    rc = result_data.get("rc") if result_data else None
+    failures = []
+    for entry in ([parsed["root_cause"]] if parsed["root_cause"] else []) + parsed["failures"]:
+        local = entry.get("local_rank")
+        error_file = entry.get("error_file")
+        if local is not None and local in dirs and not error_file:
+            candidate = os.path.join(dirs[local], "error.json")
+            error_file = candidate if os.path.exists(candidate) else None
+        info = dict(entry, error_file=error_file)
+        if error_file:
+            recorded = _read_json(error_file)
+            if recorded:
+                parsed_error = parse_error_file(recorded)
+                info["message"] = parsed_error["message"] or info.get("message")
+        info["timestamp"] = _time_of(entry, error_file)
+        info["peer"] = is_peer_error(info.get("message"), info.get("exitcode"))
+        if not any(f["rank"] == info["rank"] and f["local_rank"] == info["local_rank"] for f in failures):
+            failures.append(info)
+    rendezvous = parsed["rendezvous"] or {}
+    local_ranks = rendezvous.get("local_ranks") or sorted(dirs) or list(range(job.get("nproc_per_node", 0)))
+    ranks = rank_results(local_ranks, rendezvous.get("global_ranks") or [], failures, rc)
+    for entry in ranks:
+        directory = dirs.get(entry["local_rank"])
+        entry["stdout"] = os.path.join(directory, "stdout.log") if directory else None
+        entry["stderr"] = os.path.join(directory, "stderr.log") if directory else None
+    out = {
+        "rc": rc,
+        "duration": round(result_data["end"] - result_data["start"], 3) if result_data else None,
+        "world_size": rendezvous.get("world_size"),
+        "group_rank": rendezvous.get("group_rank"),
+        "ranks": ranks,
+        "failures": failures,
+        "timed_out": bool(result_data and result_data.get("timed_out")),
+        "stopped": bool(result_data and result_data.get("stopped")),
+        "leftovers_killed": (result_data or {}).get("leftovers_killed", []),
+    }
+    if rc != 0:
+        root = pick_root_cause(failures)
+        out["root_cause"] = root
+        out["root_cause_line"] = summarize_failure(socket.gethostname(), root)
+        log_text = ""
+        if root and root.get("local_rank") in dirs:
+            directory = dirs[root["local_rank"]]
+            log_text = _read_text(os.path.join(directory, "stderr.log")).strip() or \
+                _read_text(os.path.join(directory, "stdout.log"))
+        if not root:
+            recorded = _read_json(os.path.join(job_dir, "torchrun_error.json"))
+            if recorded:
+                out["root_cause_line"] += ": " + str(parse_error_file(recorded)["message"])
+        out["log_tail"] = tail(log_text or agent_log, tail_lines)
+    return out
+
+
+def build_env(module, job_id, job_dir, secrets_out):
+    env = {}
+    for path in module.params["env_files"]:
+        if not os.path.isfile(path):
+            module.fail_json(msg="env_files: %s does not exist on %s (for the NCCL file: apply role "
+                                 "multinode.training.nccl_tuning first)" % (path, socket.gethostname()))
+        try:
+            env.update(parse_env_file(_read_text(path), path))
+        except TorchrunError as exc:
+            module.fail_json(msg="env_files: %s" % exc)
+    for key, value in (module.params["env"] or {}).items():
+        env[str(key)] = "" if value is None else str(value)
+    secrets_out.extend(secret_values(env))
+    full = dict(os.environ)
+    full.update(env)
+    full.setdefault("LOGLEVEL", "INFO")
+    full["PYTHONUNBUFFERED"] = full.get("PYTHONUNBUFFERED", "1")
+    full[JOB_ENV] = job_id
+    full[JOB_DIR_ENV] = job_dir
+    full["TORCHELASTIC_ERROR_FILE"] = os.path.join(job_dir, "torchrun_error.json")
+    return full
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            state=dict(type="str", default="finished", choices=["started", "finished", "stopped"]),
+            script=dict(type="path"),
+            module=dict(type="str"),
+            args=dict(type="raw", default=[]),
+            nnodes=dict(type="str", default="1"),
+            nproc_per_node=dict(type="str", default="auto"),
+            cpu_nproc=dict(type="int"),
+            node_rank=dict(type="int"),
+            rdzv_backend=dict(type="str", default="c10d"),
+            rdzv_endpoint=dict(type="str"),
+            rdzv_id=dict(type="str"),
+            job_id=dict(type="str"),
+            rdzv_conf=dict(type="dict", default={}),
+            max_restarts=dict(type="int", default=0),
+            local_addr=dict(type="str"),
+            env=dict(type="dict", default={}),
+            env_files=dict(type="list", elements="path", default=[]),
+            venv=dict(type="path", default="/opt/multinode-training/venv"),
+            python=dict(type="path"),
+            chdir=dict(type="path"),
+            log_dir=dict(type="path", default="/var/log/multinode-training"),
+            tee=dict(type="bool", default=False),
+            timeout=dict(type="int", default=0),
+            stop_grace=dict(type="int", default=15),
+            tail_lines=dict(type="int", default=30),
+        ),
+        mutually_exclusive=[("script", "module")],
+        supports_check_mode=True,
+    )
+    p = module.params
+    host = socket.gethostname()
+    secrets = []
+    for value in secret_values(p["env"]):
+        module.no_log_values.add(value)
+        secrets.append(value)
+
+    try:
+        job_id = validate_job_id(p["job_id"] or p["rdzv_id"], "job_id" if p["job_id"] else "rdzv_id")
+    except TorchrunError as exc:
+        module.fail_json(msg="%s (on %s)" % (exc, host))
+    job_dir = os.path.join(p["log_dir"], job_id)
+    job_file = os.path.join(job_dir, "job.json")
+    result = dict(changed=False, job_id=job_id, job_dir=job_dir)
+    job = _read_json(job_file)
+
+    if p["state"] == "stopped":
+        pgid = job.get("pgid") if job else None
+        pids = find_job_processes(job_id, job_dir=job_dir)
+        result["cmd"] = job.get("cmd") if job else None
+        if module.check_mode:
+            module.exit_json(changed=bool(pids), killed=pids, survivors=[], **result)
+        killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
+        if job and not os.path.exists(os.path.join(job_dir, "result.json")):
+            _write_json(os.path.join(job_dir, "result.json"),
+                        {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
+                         "stopped": True, "leftovers_killed": killed})
+        result.update(changed=bool(killed), killed=killed, survivors=describe(survivors), stopped=bool(killed))
+        if survivors:
+            module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
+                                 % (job_id, len(survivors), host, describe(survivors)), **result)
+        module.exit_json(**result)
+
+    wait_only = p["state"] == "finished" and job is not None
+    if job is None:
+        if p["state"] == "finished" and not (p["script"] or p["module"]):
+            module.fail_json(msg="job %s was never started on %s and neither script nor module is set"
+                                 % (job_id, host), **result)
+        job = start(module, job_id, job_dir, job_file, secrets, result, host)
+        result["changed"] = True
+    elif p["state"] == "started":
+        result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
+                      nproc_per_node=job.get("nproc_per_node"))
+        if job_alive(job.get("pid"), job_id, job_dir):
+            module.exit_json(msg="job %s is running already" % job_id, **result)
+        module.fail_json(msg="job id %s was used before on %s (%s): rendezvous ids must not be reused, "
+                             "pick a new one" % (job_id, host, job_dir), **result)
+    result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
+                  nproc_per_node=job.get("nproc_per_node"))
+    if "gpu_count" in job:
+        result["gpu_count"] = job["gpu_count"]
+    if module.check_mode or p["state"] == "started":
+        module.exit_json(**result)
+    if wait_only:
+        result["changed"] = False
+    wait(module, job_id, job_dir, job, result, host)
+
+
+def start(module, job_id, job_dir, job_file, secrets, result, host):
+    p = module.params
+    python = p["python"] or os.path.join(p["venv"], "bin", "python")
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg="python %s not found or not executable on %s: is the venv there (role "
+                             "multinode.training.wheel_distribute, variable venv/python)?" % (python, host), **result)
+    chdir = p["chdir"]
+    if chdir and not os.path.isdir(chdir):
+        module.fail_json(msg="chdir %s is not a directory on %s" % (chdir, host), **result)
+    if p["script"]:
+        script = p["script"] if os.path.isabs(p["script"]) or not chdir else os.path.join(chdir, p["script"])
+        if not os.path.isfile(script):
+            module.fail_json(msg="script %s does not exist on %s" % (script, host), **result)
+    if not isinstance(p["args"], list):
+        module.fail_json(msg="args=%r on %s: must be a list; each item reaches the script as one argument"
+                             % (p["args"], host), **result)
+    gpus = None
+    try:
+        if p["nproc_per_node"] == "auto":
+            gpus = gpu_count(module)
+        nproc = resolve_nproc(p["nproc_per_node"], gpus, p["cpu_nproc"])
+        opts = dict(p, nproc_per_node=nproc, log_dir=os.path.join(job_dir, "ranks"), rdzv_id=p["rdzv_id"] or job_id)
+        argv = build_argv(python, opts)
+    except TorchrunError as exc:
+        module.fail_json(msg="%s (on %s)" % (exc, host), **result)
+    env = build_env(module, job_id, job_dir, secrets)
+    for value in secrets:
+        module.no_log_values.add(value)
+    masked = mask(argv, secrets)
+    job = {"job_id": job_id, "cmd": masked, "nproc_per_node": nproc, "timeout": p["timeout"],
+           "stop_grace": p["stop_grace"], "host": host}
+    if gpus is not None:
+        job["gpu_count"] = gpus
+    if module.check_mode:
+        return job
+    try:
+        os.makedirs(job_dir)
+    except OSError as exc:
+        module.fail_json(msg="cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc),
+                         **result)
+    with open(os.path.join(job_dir, "torchrun.log"), "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", SUPERVISOR_SOURCE, job_dir, job_id, str(p["timeout"]), str(p["stop_grace"]), "--"]
+            + argv,
+            cwd=chdir or job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True, close_fds=True)
+    job.update(pid=proc.pid, pgid=proc.pid, start=time.time())
+    _write_json(job_file, job)
+    return job
+
+
+def wait(module, job_id, job_dir, job, result, host):
+    p = module.params
+    result_file = os.path.join(job_dir, "result.json")
+    timeout = p["timeout"] or job.get("timeout") or 0
+    grace = job.get("stop_grace", p["stop_grace"])
+    deadline = job["start"] + timeout + grace + 30 if timeout else None
+    gave_up = False
+    while not os.path.exists(result_file):
+        if not job_alive(job.get("pid"), job_id, job_dir):
+            time.sleep(0.5)
+            if not os.path.exists(result_file):
+                break
+        if deadline and time.time() > deadline:
+            stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+            gave_up = True
+            break
+        time.sleep(0.5)
+    data = _read_json(result_file)
+    result.update(collect(job_dir, job, data, p["tail_lines"]))
+    if gave_up:
+        result["timed_out"] = True
+    if data is None and not gave_up:
+        module.fail_json(msg="job %s on %s: the supervisor (pid %s) ended without recording a result; "
+                             "see %s/torchrun.log" % (job_id, host, job.get("pid"), job_dir), **result)
+    if result["timed_out"]:
+        module.fail_json(msg="job %s timed out after %ss on %s and was stopped" % (job_id, timeout, host), **result)
+    if result["rc"] != 0:
+        if result["stopped"] and not result["failures"]:
+            module.fail_json(msg="job %s was stopped on %s (rc %s)" % (job_id, host, result["rc"]), **result)
+        module.fail_json(msg="job %s failed on %s: %s" % (job_id, host, result["root_cause_line"]), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
