@@ -1,0 +1,219 @@
+#!/usr/bin/python
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+"""Gather what decides whether a DeepSpeed wheel can run on this node, and judge it."""
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: wheel_compat_facts
+short_description: Check a node against a DeepSpeed wheel manifest before anything is installed
+version_added: "0.1.0"
+description:
+  - Probes the node without changing it, then compares it with the wheel manifest
+    (see C(docs/manifest.md)) written by role C(deepspeed_build).
+  - "Probes: the python tag, ABI, platform and glibc of the interpreter that will create the venv;
+    what is at the venv path (absent, directory, file) with the torch version (and the CUDA version
+    torch was built for) already installed there, read from its C(dist-info) without importing it;
+    each GPU's compute capability from C(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader)
+    when C(nvidia-smi) is on the PATH; the CPU flags of C(/proc/cpuinfo)."
+  - "Checks: wheel tags vs interpreter; torch (and CUDA for cuda builds) vs the manifest; every GPU
+    covered by the manifest's CUDA arch list (SASS of the same major and a lower or equal minor, or
+    C(+PTX) of a lower or equal arch); every CPU flag the build assumed present; a usable venv path."
+  - Each problem names the node, what the wheel needs and what the node has. The module never fails
+    on an incompatible node; it returns the problems so that a play can report all nodes at once.
+author:
+  - multinode.training contributors
+options:
+  manifest:
+    description: The wheel manifest, as parsed JSON.
+    type: dict
+    required: true
+  venv:
+    description: Path of the virtual environment the wheel will be installed into.
+    type: path
+    required: true
+  python:
+    description: Interpreter that creates the venv; its tags decide which wheels fit.
+    type: path
+    default: /usr/bin/python3
+  cpuinfo_path:
+    description: File read for the CPU flags. Only tests point it elsewhere.
+    type: path
+    default: /proc/cpuinfo
+  node:
+    description: Name used in the messages; defaults to the host name the module sees.
+    type: str
+attributes:
+  check_mode:
+    support: full
+    description: Read-only; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: Never changes the node; C(changed) is always false.
+notes:
+  - Runs C(python -c) on the given interpreter and C(nvidia-smi) when present; nothing else.
+"""
+
+EXAMPLES = r"""
+- name: Check the node against the manifest
+  multinode.training.wheel_compat_facts:
+    manifest: "{{ lookup('ansible.builtin.file', 'dist/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.manifest.json') | from_json }}"
+    venv: /opt/multinode-training/venv
+    node: "{{ inventory_hostname }}"
+  register: compat
+
+- name: Refuse an incompatible node
+  ansible.builtin.fail:
+    msg: "{{ compat.problems | join('; ') }}"
+  when: not compat.compatible
+"""
+
+RETURN = r"""
+compatible:
+  description: True when no problem was found.
+  returned: always
+  type: bool
+  sample: false
+problems:
+  description: One message per problem, each naming the node, what the wheel needs and what the node has.
+  returned: always
+  type: list
+  elements: str
+  sample:
+    - "node3: wheel needs torch 2.13.0+cpu, node's venv /opt/multinode-training/venv has torch 2.12.0 (...)"
+python:
+  description: The interpreter's version, implementation, python tag, ABI tag, platform tag, glibc, executable.
+  returned: always
+  type: dict
+  sample: {"version": "3.11.2", "tag": "cp311", "abi": "cp311", "platform": "linux_x86_64", "glibc": "2.36"}
+venv:
+  description: What is at the venv path.
+  returned: always
+  type: dict
+  contains:
+    path:
+      description: The path probed.
+      type: str
+    state:
+      description: C(absent), C(directory), C(file) or C(other).
+      type: str
+    symlink:
+      description: Whether the path is a symlink (the role's release layout).
+      type: bool
+    target:
+      description: Where the symlink resolves to, or null.
+      type: str
+    marker:
+      description: Content of C(.multinode-training.json) left by a previous install, or null.
+      type: dict
+    torch:
+      description: Version of torch installed there (from its dist-info METADATA), or null.
+      type: str
+    torch_cuda:
+      description: CUDA version that torch was built with, null for a CPU build or no torch.
+      type: str
+installed:
+  description: True when the venv already holds this wheel (same sha256), verified by a previous run.
+  returned: always
+  type: bool
+gpus:
+  description: GPUs reported by nvidia-smi, empty without nvidia-smi.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}]
+cpu_flags_missing:
+  description: CPU flags from the manifest that the node's cpuinfo lacks.
+  returned: always
+  type: list
+  elements: str
+commands:
+  description: The commands the module ran, as argument lists.
+  returned: always
+  type: list
+  elements: list
+"""
+
+import json
+import socket
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import missing_flags
+from ansible_collections.multinode.training.plugins.module_utils._wheel_compat import (
+    INTERPRETER_SCRIPT,
+    installed,
+    node_problems,
+    parse_nvidia_smi,
+    venv_facts,
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            manifest=dict(type="dict", required=True),
+            venv=dict(type="path", required=True),
+            python=dict(type="path", default="/usr/bin/python3"),
+            cpuinfo_path=dict(type="path", default="/proc/cpuinfo"),
+            node=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    manifest = params["manifest"]
+    node = params["node"] or socket.gethostname()
+    commands = []
+
+    cmd = [params["python"], "-c", INTERPRETER_SCRIPT]
+    commands.append([params["python"], "-c", "<interpreter probe>"])
+    try:
+        rc, out, err = module.run_command(cmd)
+    except OSError as exc:  # interpreter missing or not executable
+        rc, out, err = 127, "", str(exc)
+    if rc == 0:
+        try:
+            python = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            python = {"executable": params["python"], "error": "unreadable output %r" % out[-200:]}
+    else:
+        python = {"executable": params["python"], "error": (err or out).strip()[-300:] or "exit status %d" % rc}
+
+    gpus = []
+    smi = module.get_bin_path("nvidia-smi", required=False)
+    if smi:
+        cmd = [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+        commands.append(cmd)
+        rc, out, err = module.run_command(cmd)
+        if rc != 0:
+            module.fail_json(msg="%s: %s failed (rc=%d): %s" % (node, " ".join(cmd), rc, err.strip()), commands=commands)
+        gpus = parse_nvidia_smi(out)
+
+    try:
+        with open(params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
+            cpuinfo = handle.read()
+    except OSError as exc:
+        module.fail_json(msg="%s: cannot read CPU flags from %s: %s" % (node, params["cpuinfo_path"], exc))
+
+    venv = venv_facts(params["venv"])
+    facts = {"python": python, "venv": venv, "gpus": gpus, "cpuinfo": cpuinfo,
+             "cpuinfo_path": params["cpuinfo_path"]}
+    problems = node_problems(manifest, facts, node)
+    module.exit_json(
+        changed=False,
+        compatible=not problems,
+        problems=problems,
+        python=python,
+        venv=venv,
+        installed=installed(manifest, venv),
+        gpus=gpus,
+        cpu_flags_missing=missing_flags((manifest.get("cpu") or {}).get("flags") or [], cpuinfo),
+        commands=commands,
+    )
+
+
+if __name__ == "__main__":
+    main()
