@@ -18,6 +18,14 @@ description:
   - Read-only; never reports a change.
 author: multinode.training maintainers
 options:
+  phase:
+    description:
+      - C(inputs) checks only what needs no compiler and no source (the arch list syntax, nvcc for
+        cuda, and torch when O(torch) is known), so it can run before anything is installed.
+      - C(full) resolves everything; run it once the compiler and the source are there.
+    type: str
+    choices: [inputs, full]
+    default: full
   accelerator:
     description: C(auto) picks C(cuda) when nvcc and a CUDA build of torch are both present, else C(cpu).
     type: str
@@ -40,7 +48,7 @@ options:
     elements: str
     default: []
   source_dir:
-    description: Unpacked DeepSpeed source tree. Without it, ops are not resolved.
+    description: Unpacked DeepSpeed source tree. Without it, ops are not resolved (in either phase).
     type: path
   torch:
     description: The torch the build uses, as C({version, cuda}); C(cuda) null for a CPU build.
@@ -186,6 +194,15 @@ def probe_cpu(module, cc):
             "compiler_only_flags": sorted(set(flags) - set(kept))}, version.strip()
 
 
+def resolve_ops(module, source_dir, accelerator, requested):
+    try:
+        available = _deepspeed_ops.available_ops(source_dir, accelerator)
+        selected = _deepspeed_ops.select_ops(requested or DEFAULT_OPS[accelerator], available, accelerator)
+    except _deepspeed_ops.OpsError as exc:
+        module.fail_json(msg=str(exc))
+    return dict(ops=selected, available_ops=[op["name"] for op in available])
+
+
 def usable_cpus():
     try:
         return len(os.sched_getaffinity(0))
@@ -196,6 +213,7 @@ def usable_cpus():
 def main():
     module = AnsibleModule(
         argument_spec=dict(
+            phase=dict(type="str", default="full", choices=["inputs", "full"]),
             accelerator=dict(type="str", default="auto", choices=["auto", "cuda", "cpu"]),
             cuda_arch_list=dict(type="str", default="auto"),
             ops=dict(type="list", elements="str", default=[]),
@@ -222,6 +240,13 @@ def main():
             module.fail_json(msg=str(exc))
 
     nvcc = probe_nvcc(module, find_nvcc(module, p["nvcc"]))
+    if p["phase"] == "inputs" and not p["torch"]:
+        if p["accelerator"] == "cuda" and not nvcc:
+            try:
+                _torch_info.resolve_accelerator("cuda", None, {"cuda": "unknown"}, host, p["torch_requirement"])
+            except _torch_info.TorchError as exc:
+                module.fail_json(msg=str(exc))
+        module.exit_json(changed=False, nvcc=nvcc, accelerator=None)
     try:
         accelerator = _torch_info.resolve_accelerator(
             p["accelerator"], nvcc and nvcc["release"], p["torch"] or {}, host, p["torch_requirement"])
@@ -237,6 +262,11 @@ def main():
             module.fail_json(msg=str(exc), gpus=gpus)
         arch_list = ";".join(arch)
 
+    if p["phase"] == "inputs":
+        result = dict(changed=False, nvcc=nvcc, accelerator=accelerator, arch_list=arch_list, gpus=gpus)
+        if p["source_dir"]:
+            result.update(resolve_ops(module, p["source_dir"], accelerator, p["ops"]))
+        module.exit_json(**result)
     cpu, gcc_version = probe_cpu(module, p["cc"])
     jobs = p["jobs"] or usable_cpus()
     env = {"DS_ACCELERATOR": accelerator, "MAX_JOBS": str(jobs), "DS_ENABLE_NINJA": "1"}
@@ -250,13 +280,9 @@ def main():
                             "cxx_standard": _toolchain.cxx_standard(p["deepspeed_version"],
                                                                     (p["torch"] or {}).get("version"))})
     if p["source_dir"]:
-        try:
-            available = _deepspeed_ops.available_ops(p["source_dir"], accelerator)
-            selected = _deepspeed_ops.select_ops(p["ops"] or DEFAULT_OPS[accelerator], available, accelerator)
-        except _deepspeed_ops.OpsError as exc:
-            module.fail_json(msg=str(exc))
-        env.update(_deepspeed_ops.build_env(selected))
-        result.update(ops=selected, available_ops=[op["name"] for op in available])
+        ops = resolve_ops(module, p["source_dir"], accelerator, p["ops"])
+        env.update(_deepspeed_ops.build_env(ops["ops"]))
+        result.update(ops)
     module.exit_json(**result)
 
 

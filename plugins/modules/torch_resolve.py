@@ -1,0 +1,132 @@
+#!/usr/bin/python
+# Copyright: multinode.training contributors
+# Apache License 2.0 (see LICENSE)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: torch_resolve
+short_description: Find out which torch a requirement gives, and whether it is a CUDA build, without installing it
+version_added: 0.1.0
+description:
+  - Answers "is the torch this build would use a CUDA build, and of which CUDA?" before anything
+    is installed, so that a CUDA build on a CPU torch is refused up front.
+  - Looks, in order, at a torch already installed in O(venv_python), then asks pip to resolve
+    O(requirement) with C(pip install --dry-run --report) (the venv's pip, then O(python)'s).
+  - When no pip can answer (no venv yet and a system python without a recent pip), returns
+    C(resolved=false) and the reason; the caller asks again once the venv exists.
+author: multinode.training maintainers
+options:
+  requirement:
+    description: The torch requirement, for example C(torch==2.13.0).
+    type: str
+    required: true
+  python:
+    description: Interpreter the build venv is (or will be) made from.
+    type: str
+    default: python3
+  venv_python:
+    description: The build venv's interpreter, used when it exists.
+    type: path
+  pip_args:
+    description: Extra pip arguments (indexes, find-links).
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+    description: Read-only.
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Which torch would the build use?
+  multinode.training.torch_resolve:
+    requirement: torch==2.13.0
+    venv_python: /var/tmp/build/venv/bin/python
+  register: torch_info
+"""
+
+RETURN = r"""
+resolved:
+  description: Whether the torch could be determined.
+  returned: always
+  type: bool
+version:
+  description: torch version (with its local label, for example C(2.13.0+cpu)).
+  returned: when resolved
+  type: str
+cuda:
+  description: CUDA version of the torch build, null for a CPU build.
+  returned: when resolved
+  type: str
+source:
+  description: C(installed) (found in the venv) or C(resolved) (pip's dry-run).
+  returned: when resolved
+  type: str
+reason:
+  description: Why it could not be determined.
+  returned: when not resolved
+  type: str
+"""
+
+import json
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.multinode.training.plugins.module_utils import _torch_info
+
+_INSTALLED = ("import json, importlib.util\n"
+              "if importlib.util.find_spec('torch') is None: print('null')\n"
+              "else:\n"
+              "    import torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda}))\n")
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            requirement=dict(type="str", required=True),
+            python=dict(type="str", default="python3"),
+            venv_python=dict(type="path"),
+            pip_args=dict(type="list", elements="str", default=[]),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    tried = []
+    interpreters = []
+    if p["venv_python"] and os.access(p["venv_python"], os.X_OK):
+        rc, out, err = module.run_command([p["venv_python"], "-c", _INSTALLED])
+        if rc == 0 and out.strip() not in ("", "null"):
+            found = json.loads(out)
+            module.exit_json(changed=False, resolved=True, source="installed", **found)
+        interpreters.append(p["venv_python"])
+    base = module.get_bin_path(p["python"]) if not os.path.isabs(p["python"]) else p["python"]
+    if base:
+        interpreters.append(base)
+    for python in interpreters:
+        argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--no-deps",
+                "--disable-pip-version-check", "--report", "-", p["requirement"]] + p["pip_args"]
+        rc, out, err = module.run_command(argv)
+        if rc != 0 and "externally-managed-environment" in err:
+            # A dry run installs nothing, so PEP 668's guard does not apply to it.
+            rc, out, err = module.run_command(argv + ["--break-system-packages"])
+        if rc == 0 and out.strip().startswith("{"):
+            try:
+                found = _torch_info.from_pip_report(out)
+            except (ValueError, _torch_info.TorchError) as exc:
+                module.fail_json(msg=str(exc))
+            module.exit_json(changed=False, resolved=True, **found)
+        last = (err.strip().splitlines() or ["rc=%d" % rc])[-1]
+        if "No matching distribution" in err or "Could not find a version" in err:
+            module.fail_json(msg="deepspeed_build_torch_requirement=%r: pip finds no such torch: %s"
+                             % (p["requirement"], last))
+        tried.append("%s: %s" % (python, last))
+    module.exit_json(changed=False, resolved=False,
+                     reason="no pip could resolve it yet (%s)" % ("; ".join(tried) or "no interpreter found"))
+
+
+if __name__ == "__main__":
+    main()
