@@ -55,12 +55,13 @@ def _process(procs, host, pid):
 
 def _transport(proc):
     """IB / RoCE / Socket / other net name, or None when nothing says (single node, P2P only)."""
-    nets = [via.split("/")[1] for via in proc["channels"] if via.startswith("NET/") and via.count("/") >= 1]
-    net = None
-    if nets:
-        # A process uses one net; if several were counted, the most used one wins.
-        net = max(set(nets), key=lambda name: sum(n for v, n in proc["channels"].items()
-                                                   if v.startswith("NET/%s/" % name) or v == "NET/" + name))
+    counts = {}
+    for via, count in proc["channels"].items():
+        if via.startswith("NET/"):
+            name = via.split("/")[1]
+            counts[name] = counts.get(name, 0) + count
+    # A process uses one net; if several were counted, the most used one wins.
+    net = max(sorted(counts), key=counts.get) if counts else None
     net = net or proc["network"] or (
         "IB" if proc["ib_devices"] else "Socket" if proc["socket_devices"] else None)
     if net == "IB" and proc["ib_devices"] and all(d["link_layer"] == "RoCE" for d in proc["ib_devices"]):
