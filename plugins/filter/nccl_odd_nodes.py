@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filter: nodes whose NCCL fabric differs from the others (see nccl_odd_nodes.yml)."""
 from __future__ import annotations
 

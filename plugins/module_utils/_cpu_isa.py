@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """CPU instruction-set extensions: what a `-march=native` build assumed, in /proc/cpuinfo terms.
 
 DeepSpeed compiles its CPU ops with `-march=native`, so a wheel silently requires

@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """TORCH_CUDA_ARCH_LIST: validate an explicit list, or derive it from the GPUs present.
 
 A wheel's CUDA kernels only run on the architectures they were compiled for
@@ -104,7 +104,7 @@ def auto_arch_list(gpus):
             "deepspeed_build_cuda_arch_list=auto: the compute capability of %s is unknown "
             "(driver too old for --query-gpu=compute_cap and not in the name table); "
             "set the list explicitly, e.g. '8.0;9.0+PTX'" % ", ".join(sorted(set(unknown))))
-    caps = sorted({g["compute_cap"] for g in gpus}, key=lambda c: _key(c))
+    caps = sorted({g["compute_cap"] for g in gpus}, key=_key)
     caps[-1] = caps[-1] + "+PTX"
     return caps
 

@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """DeepSpeed op builders: what a source tree can build, and whether a wheel holds them.
 
 DeepSpeed's setup.py skips a requested op that is "incompatible" with a warning
@@ -59,8 +59,24 @@ def _absolute_name(node, name):
     return None
 
 
-def scan_builder_file(path):
-    """Op builders defined in one op_builder/*.py file: [{name, builder, build_var, module}]."""
+def _imported_builders(tree, op_root):
+    """`from op_builder.pin_memory import PinMemoryBuilder` (also inside try/except): the builders a
+    per-accelerator module re-exports from the top-level op_builder, as (file, class name)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            parts = node.module.split(".")
+            if "op_builder" in parts and parts[-1] not in ("builder", "op_builder"):
+                rel = parts[parts.index("op_builder") + 1:]
+                path = os.path.join(op_root, *rel) + ".py"
+                for alias in node.names:
+                    if alias.name.endswith("Builder") and os.path.isfile(path):
+                        found.append((path, alias.name))
+    return sorted(set(found))
+
+
+def scan_builder_file(path, op_root=None):
+    """Op builders a op_builder/*.py file defines or re-exports: [{name, builder, build_var, module}]."""
     with open(path, "rb") as handle:
         tree = ast.parse(handle.read(), filename=path)
     ops = []
@@ -74,14 +90,17 @@ def scan_builder_file(path):
                     "build_var": consts["BUILD_VAR"],
                     "module": _absolute_name(node, consts["NAME"]),
                 })
+    if op_root:
+        for source, class_name in _imported_builders(tree, op_root):
+            ops.extend(op for op in scan_builder_file(source) if op["builder"] == class_name)
     return ops
 
 
-def _scan_dir(directory):
+def _scan_dir(directory, op_root):
     ops = []
     for entry in sorted(os.listdir(directory)):
         if entry.endswith(".py") and entry not in ("__init__.py", "builder.py", "all_ops.py"):
-            ops.extend(scan_builder_file(os.path.join(directory, entry)))
+            ops.extend(scan_builder_file(os.path.join(directory, entry), op_root))
     return ops
 
 
@@ -91,13 +110,13 @@ def available_ops(source_dir, accelerator):
     if not os.path.isdir(op_dir):
         raise OpsError("%s has no op_builder/ directory: not a DeepSpeed source tree" % source_dir)
     if accelerator == "cpu":
-        ops = _scan_dir(os.path.join(op_dir, "cpu"))
+        ops = _scan_dir(os.path.join(op_dir, "cpu"), op_dir)
     elif accelerator == "cuda":
-        ops = _scan_dir(op_dir)
+        ops = _scan_dir(op_dir, op_dir)
         have = {op["name"] for op in ops}
         cpu_dir = os.path.join(op_dir, "cpu")
         if os.path.isdir(cpu_dir):
-            ops.extend(op for op in _scan_dir(cpu_dir) if op["name"] in CUDA_SHARED_CPU_OPS and op["name"] not in have)
+            ops.extend(op for op in _scan_dir(cpu_dir, op_dir) if op["name"] in CUDA_SHARED_CPU_OPS and op["name"] not in have)
     else:
         raise OpsError("accelerator %r: only 'cpu' and 'cuda' builds are supported" % accelerator)
     by_name = {}

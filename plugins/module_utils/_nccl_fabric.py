@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Fabric detection and NCCL planning from a sysfs tree (pure; no Ansible imports).
 
 `read_sysfs(root)` reads the RDMA devices (class/infiniband/<dev>/ports/<n>/...) and

@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which transport an NCCL job actually used, from its NCCL_DEBUG=INFO output (pure).
 
 NCCL prefixes its lines with `host:pid:tid [cudaDev] NCCL INFO`; launchers may add their

@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Which gcc can build a given DeepSpeed, and which gcc the installed nvcc accepts.
 
 Two constraints bound the host compiler of a DeepSpeed op build:
@@ -109,7 +109,7 @@ def plan_gcc(requested, available, standard, nvcc_release=None, nvcc_max=None, d
     high = nvcc_max if nvcc_release else None
     what = "DeepSpeed %s" % deepspeed_version if deepspeed_version else "this DeepSpeed"
     reasons_low = "%s compiles its ops with -std=%s, which needs gcc >= %d" % (what, standard, low)
-    reasons_high = ("nvcc %s accepts gcc <= %d" % (nvcc_release, high)) if high else None
+    reasons_high = ("nvcc %s accepts gcc <= %s" % (nvcc_release, high)) if high else None
     fits = [v for v in available if v >= low and (high is None or v <= high)]
     window = "gcc %d..%s" % (low, high if high else "newest")
 

@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Is the torch a build would use a CUDA build, and of which CUDA?
 
 Known before anything is installed: from `pip install --dry-run --report` of the

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -10,13 +10,13 @@ short_description: Decide and validate how a DeepSpeed wheel is built on this ho
 version_added: 0.1.0
 description:
   - Probes the build host (nvcc, GPUs through nvidia-smi, the C compiler and the CPU
-    instruction set it targets with C(-march=native)) and resolves the build request:
+    instruction set it targets with C(-march=native)) and resolves the build request, that is
     the accelerator, the C(TORCH_CUDA_ARCH_LIST), the ops and their C(DS_BUILD_*)
     variables, and the job count.
   - Fails with a message naming the variable, the bad value and the valid values when
     the request cannot be built here, so that a role can refuse before any work.
   - Read-only; never reports a change.
-author: multinode.training maintainers
+author: multinode.training maintainers (@multinode)
 options:
   phase:
     description:
@@ -66,9 +66,15 @@ options:
     type: str
     default: ''
   cc:
-    description: The C compiler the build uses (its C(-march=native) decides the CPU requirements).
+    description: The C compiler the build uses (its C(-march=native) decides the CPU requirements); exported as C(CC).
     type: str
     default: gcc
+  cxx:
+    description:
+      - The C++ compiler, exported as C(CXX). torch's extension builder otherwise calls C(c++), which only the
+        distribution's g++ package provides, not a versioned g++-N.
+    type: str
+    default: g++
   jobs:
     description: Parallel compile jobs inside each op (C(MAX_JOBS)); 0 means the CPUs this process may use.
     type: int
@@ -79,6 +85,7 @@ attributes:
     description: Only probes; runs the same in check mode.
   diff_mode:
     support: none
+    description: Reports no differences.
 notes:
   - Ops are compiled one extension after the other with ninja using O(jobs) parallel compiles each,
     not with C(build_ext -j), whose parallel extensions race in one build folder (DeepSpeed PR 7899).
@@ -223,6 +230,7 @@ def main():
             deepspeed_version=dict(type="str"),
             nvcc=dict(type="str", default=""),
             cc=dict(type="str", default="gcc"),
+            cxx=dict(type="str", default="g++"),
             jobs=dict(type="int", default=0),
         ),
         supports_check_mode=True,
@@ -269,7 +277,11 @@ def main():
         module.exit_json(**result)
     cpu, gcc_version = probe_cpu(module, p["cc"])
     jobs = p["jobs"] or usable_cpus()
-    env = {"DS_ACCELERATOR": accelerator, "MAX_JOBS": str(jobs), "DS_ENABLE_NINJA": "1"}
+    cxx = module.get_bin_path(p["cxx"])
+    if not cxx:
+        module.fail_json(msg="C++ compiler %r not found on %s: the toolchain role installs it" % (p["cxx"], host))
+    env = {"DS_ACCELERATOR": accelerator, "MAX_JOBS": str(jobs), "DS_ENABLE_NINJA": "1",
+           "CC": module.get_bin_path(p["cc"]), "CXX": cxx}
     if arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
         env["DS_NVCC_THREADS"] = str(min(jobs, 8))

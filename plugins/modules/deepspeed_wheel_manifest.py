@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -15,7 +15,7 @@ description:
   - Writes C(<wheel>.manifest.json) beside the wheel (see docs/manifest.md), atomically, after the
     checks pass. The manifest records the wheel's sha256, python tag and platform, and everything in
     O(info).
-author: multinode.training maintainers
+author: multinode.training maintainers (@multinode)
 options:
   wheel:
     description: Path of the wheel on this host.
@@ -39,6 +39,7 @@ attributes:
     description: Checks the wheel; does not write the manifest.
   diff_mode:
     support: none
+    description: Reports no differences.
 """
 
 EXAMPLES = r"""

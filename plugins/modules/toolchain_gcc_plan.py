@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -15,7 +15,7 @@ description:
   - With O(requested=auto) returns the newest gcc that satisfies both; with an explicit version,
     returns it or fails with a message that names the versions that would work.
   - Read-only; never reports a change.
-author: multinode.training maintainers
+author: multinode.training maintainers (@multinode)
 options:
   requested:
     description: C(auto) or a gcc major version such as C(12).
@@ -50,6 +50,7 @@ attributes:
     description: Only probes.
   diff_mode:
     support: none
+    description: Reports no differences.
 """
 
 EXAMPLES = r"""

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -15,7 +15,7 @@ description:
     O(requirement) with C(pip install --dry-run --report) (the venv's pip, then O(python)'s).
   - When no pip can answer (no venv yet and a system python without a recent pip), returns
     C(resolved=false) and the reason; the caller asks again once the venv exists.
-author: multinode.training maintainers
+author: multinode.training maintainers (@multinode)
 options:
   requirement:
     description: The torch requirement, for example C(torch==2.13.0).
@@ -39,6 +39,7 @@ attributes:
     description: Read-only.
   diff_mode:
     support: none
+    description: Reports no differences.
 """
 
 EXAMPLES = r"""

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The real build on this machine (the embedded default: localhost, CPU ops), then
+# the same command again, which must change nothing and compile nothing. Leaves
+# dist/deepspeed-*.whl and its manifest for the scenarios that distribute it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+log=$(mktemp -d)/build
+for run in 1 2; do
+  start=$(date +%s)
+  ansible-playbook build_deepspeed.yml >"$log.$run" 2>&1 || { tail -60 "$log.$run"; exit 1; }
+  echo "build_deepspeed.yml run $run: $(( $(date +%s) - start )) s, $(grep -E '^localhost ' "$log.$run" | tr -s ' ')"
+done
+recap=$(grep -E '^localhost ' "$log.2")
+if ! grep -q 'changed=0 ' <<<"$recap" || grep -q 'Build the wheel' "$log.2"; then
+  echo "second build_deepspeed.yml run was not idempotent:" >&2
+  grep -E '^changed:|TASK \[' "$log.2" | grep -B1 '^changed' >&2 || true
+  exit 1
+fi
+ls dist/deepspeed-*.whl dist/deepspeed-*.whl.manifest.json

@@ -1,0 +1,93 @@
+"""TORCH_CUDA_ARCH_LIST validation, auto-detection from nvidia-smi, and coverage."""
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch as a
+from tests.unit.conftest import FIXTURES
+
+
+def smi(name):
+    return (FIXTURES / "nvidia_smi" / name).read_text()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("7.5", ["7.5"]),
+    ("9.0+PTX;7.5;8.0", ["7.5", "8.0", "9.0+PTX"]),
+    ("8.0 8.6  9.0", ["8.0", "8.6", "9.0"]),
+    ("9.0;9.0+PTX", ["9.0+PTX"]),
+    ("9.0a;10.0", ["9.0a", "10.0"]),
+    ("10.0;7.0;12.0", ["7.0", "10.0", "12.0"]),
+])
+def test_parse_valid(text, expected):
+    assert a.parse_arch_list(text) == expected
+
+
+@pytest.mark.parametrize("text, bad", [
+    ("7.5;foo", "'foo'"),
+    ("75", "'75'"),
+    ("sm_80", "'sm_80'"),
+    ("8.0;9.0+ptx", "'9.0+ptx'"),
+])
+def test_parse_garbage_names_the_token(text, bad):
+    with pytest.raises(a.ArchListError) as err:
+        a.parse_arch_list(text)
+    msg = str(err.value)
+    assert "deepspeed_build_cuda_arch_list" in msg and bad in msg and "9.0+PTX" in msg
+
+
+def test_empty_list_refused():
+    with pytest.raises(a.ArchListError):
+        a.parse_arch_list(" ; ")
+
+
+def test_auto_from_recorded_h100_node():
+    gpus = a.parse_nvidia_smi(smi("h100x8.csv"))
+    assert len(gpus) == 8 and gpus[0] == {"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}
+    assert a.auto_arch_list(gpus) == ["9.0+PTX"]
+
+
+def test_auto_union_with_ptx_on_highest():
+    assert a.auto_arch_list(a.parse_nvidia_smi(smi("mixed_a100_l40s.csv"))) == ["8.0", "8.9+PTX"]
+
+
+def test_old_driver_names_use_the_seed_table():
+    gpus = a.parse_nvidia_smi(smi("old_driver_names.csv"))
+    assert [g["compute_cap"] for g in gpus] == ["7.0", "7.0", "7.5"]
+    assert a.auto_arch_list(gpus) == ["7.0", "7.5+PTX"]
+
+
+def test_unknown_gpu_and_no_gpu_are_errors():
+    with pytest.raises(a.ArchListError) as err:
+        a.auto_arch_list(a.parse_nvidia_smi(smi("unknown_gpu.csv")))
+    assert "NVIDIA Quantum Widget 9000" in str(err.value)
+    with pytest.raises(a.ArchListError) as err:
+        a.auto_arch_list([])
+    assert "no GPU is visible" in str(err.value)
+
+
+@pytest.mark.parametrize("name, cap", [
+    ("NVIDIA GeForce RTX 4090", "8.9"),
+    ("NVIDIA GeForce RTX 2080 Ti", "7.5"),
+    ("NVIDIA GeForce RTX 2080", "7.5"),
+    ("NVIDIA A100-SXM4-40GB", "8.0"),
+    ("NVIDIA A10", "8.6"),
+    ("Tesla T4", "7.5"),
+    ("NVIDIA H200", "9.0"),
+    ("Something else", None),
+])
+def test_name_table(name, cap):
+    assert a.arch_for_name(name) == cap
+
+
+@pytest.mark.parametrize("arch_list, cap, expected", [
+    ("8.0", "8.0", True),
+    ("8.0", "8.6", True),   # same major, higher minor runs SASS
+    ("8.6", "8.0", False),
+    ("8.0", "9.0", False),  # no PTX: no forward compatibility across majors
+    ("8.0+PTX", "9.0", True),
+    ("9.0+PTX", "8.0", False),
+    ("7.5;8.0;9.0+PTX", "10.0", True),
+    ("9.0a", "9.0", True),
+    ("9.0a", "10.0", False),
+])
+def test_covers(arch_list, cap, expected):
+    assert a.covers(arch_list, cap) is expected

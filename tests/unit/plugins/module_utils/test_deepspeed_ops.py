@@ -1,0 +1,105 @@
+"""Op builders read statically from a recorded DeepSpeed 0.19.8 op_builder tree."""
+import tarfile
+import zipfile
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_ops as o
+from tests.unit.conftest import FIXTURES
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = tmp_path_factory.mktemp("deepspeed-0.19.8")
+    with tarfile.open(FIXTURES / "deepspeed-0.19.8-op_builder.tar.gz") as tar:
+        tar.extractall(root)
+    return str(root)
+
+
+def names(ops):
+    return [op["name"] for op in ops]
+
+
+def test_cpu_ops_of_0198(source):
+    ops = o.available_ops(source, "cpu")
+    assert names(ops) == ["async_io", "cpu_adagrad", "cpu_adam", "cpu_lion", "deepspeed_ccl_comm",
+                          "deepspeed_shm_comm", "fused_adam", "pin_memory"]
+    shm = next(op for op in ops if op["name"] == "deepspeed_shm_comm")
+    assert shm == {"name": "deepspeed_shm_comm", "builder": "ShareMemCommBuilder",
+                   "build_var": "DS_BUILD_SHM_COMM", "module": "deepspeed.ops.comm.deepspeed_shm_comm_op"}
+
+
+def test_cuda_ops_include_utils_and_shared_cpu_optimizers(source):
+    ops = {op["name"]: op for op in o.available_ops(source, "cuda")}
+    assert "utils" in ops and "fused_adam" in ops and "transformer_inference" in ops
+    assert ops["cpu_adam"]["module"] == "deepspeed.ops.adam.cpu_adam_op"
+    assert "deepspeed_shm_comm" not in ops  # a CPU-accelerator comm op
+
+
+def test_utils_has_no_cpu_builder(source):
+    with pytest.raises(o.OpsError) as err:
+        o.select_ops(["cpu_adam", "utils"], o.available_ops(source, "cpu"), "cpu")
+    msg = str(err.value)
+    assert "'utils' not an op" in msg and "accelerator cpu" in msg and "cpu_adam" in msg
+
+
+def test_typo_is_named_with_the_valid_ops(source):
+    with pytest.raises(o.OpsError) as err:
+        o.select_ops(["cpu_adamm"], o.available_ops(source, "cpu"), "cpu")
+    msg = str(err.value)
+    assert msg.startswith("deepspeed_build_ops: 'cpu_adamm' not an op")
+    assert "valid ops: async_io, cpu_adagrad, cpu_adam," in msg
+
+
+def test_aliases_from_build_var(source):
+    selected = o.select_ops(["shm_comm", "cpu_adam", "deepspeed_shm_comm"], o.available_ops(source, "cpu"), "cpu")
+    assert names(selected) == ["deepspeed_shm_comm", "cpu_adam"]
+    assert o.build_env(selected) == {"DS_BUILD_OPS": "0", "DS_BUILD_SHM_COMM": "1", "DS_BUILD_CPU_ADAM": "1"}
+    aio = o.select_ops(["aio"], o.available_ops(source, "cuda"), "cuda")
+    assert names(aio) == ["async_io"]
+
+
+def test_not_a_source_tree(tmp_path):
+    with pytest.raises(o.OpsError):
+        o.available_ops(str(tmp_path), "cpu")
+
+
+def make_wheel(path, members):
+    with zipfile.ZipFile(path, "w") as zf:
+        for m in members:
+            zf.writestr(m, b"x")
+
+
+def test_check_wheel_finds_ops(source, tmp_path):
+    selected = o.select_ops(["cpu_adam", "shm_comm"], o.available_ops(source, "cpu"), "cpu")
+    wheel = tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl"
+    make_wheel(wheel, ["deepspeed/__init__.py",
+                       "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so",
+                       "deepspeed/ops/comm/deepspeed_shm_comm_op.cpython-311-x86_64-linux-gnu.so"])
+    found = o.check_wheel(str(wheel), selected, "")
+    assert found["cpu_adam"] == "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so"
+
+
+def test_missing_op_named_with_the_reason_from_the_log(source, tmp_path):
+    selected = o.select_ops(["cpu_adam", "async_io"], o.available_ops(source, "cpu"), "cpu")
+    wheel = tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl"
+    make_wheel(wheel, ["deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so",
+                       "deepspeed/ops/csrc/aio/py_lib/deepspeed_py_aio.cpp"])
+    log = ("running build_ext\n"
+           " [WARNING]  async_io requires the dev libaio .so object and headers but these were not found.\n"
+           " [WARNING]  Skip pre-compile of incompatible async_io; One can disable async_io with DS_BUILD_AIO=0\n")
+    with pytest.raises(o.OpsError) as err:
+        o.check_wheel(str(wheel), selected, log)
+    msg = str(err.value)
+    assert "op async_io (DS_BUILD_AIO=1) is not in deepspeed-0.19.8" in msg
+    assert "Skip pre-compile of incompatible async_io" in msg
+    assert "cpu_adam" not in msg.split(":")[0]
+
+
+def test_missing_op_without_a_logged_reason(source, tmp_path):
+    selected = o.select_ops(["cpu_lion"], o.available_ops(source, "cpu"), "cpu")
+    wheel = tmp_path / "w.whl"
+    make_wheel(wheel, ["deepspeed/__init__.py"])
+    with pytest.raises(o.OpsError) as err:
+        o.check_wheel(str(wheel), selected, "nothing relevant\n")
+    assert "logged no reason" in str(err.value)
