@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Processes of a torchrun job on this node: find them, stop them, supervise them.
 
 Every process of a job carries ``MULTINODE_TRAINING_JOB=<job id>`` in its
@@ -103,11 +103,11 @@ def stop_job(job_id, pgid=None, grace=15.0, proc="/proc", exclude=(), job_dir=No
 # The supervisor is the session leader of a started job: it runs torchrun, enforces the
 # job's timeout even when the controller has gone away, kills leftovers carrying the job
 # marker and writes result.json. It runs as `python -c SUPERVISOR_SOURCE job_dir job_id
-# timeout grace -- argv...` because the module's own files are deleted when it returns.
+# timeout grace cwd -- argv...` because the module's own files are deleted when it returns.
 SUPERVISOR_SOURCE = r'''
 import json, os, signal, subprocess, sys, time
 job_dir, job_id, timeout, grace = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-argv = sys.argv[6:]
+cwd, argv = sys.argv[5], sys.argv[7:]
 markers = [("MULTINODE_TRAINING_JOB=%s" % job_id).encode(), ("MULTINODE_TRAINING_JOB_DIR=%s" % job_dir).encode()]
 flags = {"stopped": False}
 def on_signal(signum, frame):
@@ -132,7 +132,7 @@ def leftovers():
         pids.append(int(name))
     return pids
 start = time.time()
-proc = subprocess.Popen(argv)
+proc = subprocess.Popen(argv, cwd=cwd)
 timed_out, kill_at = False, None
 while True:
     try:

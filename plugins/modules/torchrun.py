@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 from __future__ import annotations
 
 DOCUMENTATION = r"""
@@ -25,7 +25,7 @@ description:
   - Job ids are never reused - O(state=started) refuses an id whose job directory already holds a finished
     job, because a reused rendezvous id lets two jobs join each other.
 author:
-  - multinode.training maintainers
+  - multinode.training maintainers (@multinode)
 options:
   state:
     description:
@@ -151,11 +151,13 @@ options:
     default: 30
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - V(started) and V(finished) validate everything and return the command without starting it.
         V(stopped) reports what it would kill.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
     description: Whether the module changes nothing when run twice.
@@ -164,6 +166,8 @@ attributes:
       - A launch is not idempotent by nature. Starting a job id that is running changes nothing; stopping a job
         that is gone changes nothing; a finished job id is refused rather than run again.
   platform:
+    description: Target OS/families that can be operated against.
+    support: full
     platforms: posix
 notes:
   - The node needs Linux C(/proc) (the job's processes are found through their environment).
@@ -317,7 +321,6 @@ survivors:
 import json
 import os
 import socket
-import subprocess
 import sys
 import time
 
@@ -388,10 +391,16 @@ def gpu_count(module):
         return 0
 
 
-def job_alive(pid, job_id, job_dir):
-    """The supervisor still runs (and the pid was not reused by something else)."""
+def job_alive(pid, job_id, job_dir, started=None):
+    """The supervisor still runs (and the pid was not reused by something else).
+
+    Right after the spawn /proc may still show the pre-exec environment, without the
+    job marker: within the first seconds a live pid is taken as the supervisor.
+    """
     if not pid or process_state(pid) in (None, "Z", "X"):
         return False
+    if started and time.time() - started < 10:
+        return True
     return pid in find_job_processes(job_id, exclude=(), job_dir=job_dir)
 
 
@@ -556,7 +565,8 @@ def main():
         pids = find_job_processes(job_id, job_dir=job_dir)
         result["cmd"] = job.get("cmd") if job else None
         if module.check_mode:
-            module.exit_json(changed=bool(pids), killed=pids, survivors=[], **result)
+            result.update(changed=bool(pids), killed=pids, survivors=[])
+            module.exit_json(**result)
         killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
         if job and not os.path.exists(os.path.join(job_dir, "result.json")):
             _write_json(os.path.join(job_dir, "result.json"),
@@ -633,13 +643,17 @@ def start(module, job_id, job_dir, job_file, secrets, result, host):
     except OSError as exc:
         module.fail_json(msg="cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc),
                          **result)
-    with open(os.path.join(job_dir, "torchrun.log"), "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", SUPERVISOR_SOURCE, job_dir, job_id, str(p["timeout"]), str(p["stop_grace"]), "--"]
-            + argv,
-            cwd=chdir or job_dir, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, close_fds=True)
-    job.update(pid=proc.pid, pgid=proc.pid, start=time.time())
+    # Detached on purpose (run_command waits): the supervisor leads a new session, stdin is
+    # /dev/null, stdout and stderr go to torchrun.log; it outlives this module.
+    supervisor = [sys.executable, "-c", SUPERVISOR_SOURCE, job_dir, job_id, str(p["timeout"]),
+                  str(p["stop_grace"]), chdir or job_dir, "--"] + argv
+    log = os.path.join(job_dir, "torchrun.log")
+    pid = os.posix_spawn(sys.executable, supervisor, env, setsid=True, file_actions=[
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ])
+    job.update(pid=pid, pgid=pid, start=time.time())
     _write_json(job_file, job)
     return job
 
@@ -652,7 +666,7 @@ def wait(module, job_id, job_dir, job, result, host):
     deadline = job["start"] + timeout + grace + 30 if timeout else None
     gave_up = False
     while not os.path.exists(result_file):
-        if not job_alive(job.get("pid"), job_id, job_dir):
+        if not job_alive(job.get("pid"), job_id, job_dir, job.get("start")):
             time.sleep(0.5)
             if not os.path.exists(result_file):
                 break
