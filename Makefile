@@ -13,9 +13,11 @@ SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/m
 
 .PHONY: demo test venv venv-test harness lint sanity unit wheel molecule clean
 
-## demo: create .venv, then run the main job on the embedded default (this machine).
+## demo: create .venv, then run the main job on the embedded default (this machine):
+## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
 demo: venv
 	$(BIN)/ansible-playbook build_deepspeed.yml
+	$(BIN)/ansible-playbook train.yml
 
 ## test: everything the tests need, then all tests.
 test: venv-test harness lint sanity unit wheel molecule

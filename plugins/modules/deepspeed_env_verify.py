@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Verify an installed DeepSpeed environment against its wheel manifest."""
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ description:
   - Also compares torch, DeepSpeed and the accelerator with the manifest, and returns a summary of the
     environment for the cross-node consistency report.
 author:
-  - multinode.training contributors
+  - multinode.training maintainers (@multinode)
 options:
   venv:
     description: The virtual environment to verify (its C(bin/python) is run).
@@ -45,6 +45,7 @@ attributes:
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Reports no differences.
   idempotent:
     support: full
     description: Never changes the node, C(changed) is always false; the temporary extensions directory is removed.

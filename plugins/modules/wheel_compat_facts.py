@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Gather what decides whether a DeepSpeed wheel can run on this node, and judge it."""
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ description:
   - Each problem names the node, what the wheel needs and what the node has. The module never fails
     on an incompatible node; it returns the problems so that a play can report all nodes at once.
 author:
-  - multinode.training contributors
+  - multinode.training maintainers (@multinode)
 options:
   manifest:
     description: The wheel manifest, as parsed JSON.
@@ -50,6 +50,7 @@ attributes:
     description: Read-only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Reports no differences.
   idempotent:
     support: full
     description: Never changes the node; C(changed) is always false.

@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Compare the DeepSpeed environments of all nodes and name the ones that differ."""
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ description:
   - The value most nodes share is the reference; every node with another value is named.
   - Pure computation; run it once, on the controller (C(run_once), C(delegate_to=localhost)).
 author:
-  - multinode.training contributors
+  - multinode.training maintainers (@multinode)
 options:
   envs:
     description: Mapping of node name to its environment summary.
@@ -37,6 +37,7 @@ attributes:
     description: Computes the same report in check mode.
   diff_mode:
     support: none
+    description: Reports no differences.
   idempotent:
     support: full
     description: Changes nothing; C(changed) is always false.

@@ -28,8 +28,8 @@ CP312 = dict(CP311, version="3.12.3", tag="cp312", abi="cp312", glibc="2.39")
 ARM = dict(CP311, platform="linux_aarch64")
 
 
-def node_facts(python=CP311, venv=None, gpus=(), cpuinfo="cpuinfo-avx512-zen4.txt"):
-    return {"python": python, "venv": venv or {"path": "/opt/v", "state": "absent"},
+def node_facts(python=None, venv=None, gpus=(), cpuinfo="cpuinfo-avx512-zen4.txt"):
+    return {"python": python or CP311, "venv": venv or {"path": "/opt/v", "state": "absent"},
             "gpus": list(gpus), "cpuinfo": fixture(cpuinfo), "cpuinfo_path": "/proc/cpuinfo"}
 
 
