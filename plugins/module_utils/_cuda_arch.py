@@ -109,20 +109,22 @@ def auto_arch_list(gpus):
     return caps
 
 
-def covers(arch_list, compute_cap):
-    """True when kernels built for arch_list run on a GPU of compute_cap.
+def query_gpus(run_command, nvidia_smi):
+    """GPUs from nvidia-smi: name and compute capability, falling back to a name-only query
+    (drivers before R510 reject compute_cap) resolved through NAME_TO_ARCH.
 
-    SASS for sm_XY runs on the same major with minor >= Y; PTX for an arch JIT-compiles
-    on any GPU at or above it. Arch-specific targets (9.0a) run only on that exact arch.
+    run_command: AnsibleModule.run_command or any callable(argv) -> (rc, stdout, stderr).
+    Returns (gpus, commands run); no nvidia-smi means no GPUs.
     """
-    target = tuple(int(p) for p in compute_cap.split("."))
-    for token in parse_arch_list(";".join(arch_list) if isinstance(arch_list, list) else arch_list):
-        major, minor, suffix = _key(token.replace("+PTX", ""))
-        if token.endswith("+PTX") and (major, minor) <= target:
-            return True
-        if suffix == "a":
-            if (major, minor) == target:
-                return True
-        elif major == target[0] and minor <= target[1]:
-            return True
-    return False
+    if not nvidia_smi:
+        return [], []
+    cmd = [nvidia_smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
+    rc, out, _err = run_command(cmd)
+    commands = [cmd]
+    if rc != 0:
+        cmd = [nvidia_smi, "--query-gpu=name", "--format=csv,noheader"]
+        commands.append(cmd)
+        rc, out, _err = run_command(cmd)
+        if rc != 0:
+            return [], commands
+    return parse_nvidia_smi(out), commands

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import cpuinfo_flags
 
 MARKER_NAME = ".multinode-training.json"
@@ -183,15 +184,12 @@ def arch_covers(entries, cap):
 
 
 def parse_nvidia_smi(text):
-    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` -> [{index, name, compute_cap}]."""
-    gpus = []
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line or line.lower().startswith("name"):
-            continue
-        name, _sep, cap = line.rpartition(",")
-        gpus.append({"index": len(gpus), "name": name.strip(), "compute_cap": cap.strip()})
-    return gpus
+    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` -> [{index, name, compute_cap}].
+
+    The build's parser (old drivers' name-only output resolved through its name table), numbered.
+    """
+    lines = [line for line in (text or "").splitlines() if not line.strip().lower().startswith("name")]
+    return [dict(gpu, index=i) for i, gpu in enumerate(_cuda_arch.parse_nvidia_smi("\n".join(lines)))]
 
 
 def gpu_problems(manifest, gpus, node):

@@ -171,15 +171,8 @@ DEFAULT_OPS = {"cuda": ["cpu_adam", "utils"], "cpu": ["cpu_adam", "deepspeed_shm
 
 
 def probe_gpus(module):
-    smi = module.get_bin_path("nvidia-smi")
-    if not smi:
-        return []
-    rc, out, _err = module.run_command([smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"])
-    if rc != 0:  # drivers before R510 do not know compute_cap
-        rc, out, _err = module.run_command([smi, "--query-gpu=name", "--format=csv,noheader"])
-        if rc != 0:
-            return []
-    return _cuda_arch.parse_nvidia_smi(out)
+    gpus, _commands = _cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi"))
+    return gpus
 
 
 def probe_cpu(module, cc):

@@ -143,12 +143,12 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import missing_flags
 from ansible_collections.multinode.training.plugins.module_utils._wheel_compat import (
     INTERPRETER_SCRIPT,
     installed,
     node_problems,
-    parse_nvidia_smi,
     venv_facts,
 )
 
@@ -183,15 +183,9 @@ def main():
     else:
         python = {"executable": params["python"], "error": (err or out).strip()[-300:] or "exit status %d" % rc}
 
-    gpus = []
-    smi = module.get_bin_path("nvidia-smi", required=False)
-    if smi:
-        cmd = [smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
-        commands.append(cmd)
-        rc, out, err = module.run_command(cmd)
-        if rc != 0:
-            module.fail_json(msg="%s: %s failed (rc=%d): %s" % (node, " ".join(cmd), rc, err.strip()), commands=commands)
-        gpus = parse_nvidia_smi(out)
+    gpus, smi_commands = _cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi", required=False))
+    commands.extend(smi_commands)
+    gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
 
     try:
         with open(params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:

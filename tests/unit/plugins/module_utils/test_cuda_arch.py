@@ -78,16 +78,16 @@ def test_name_table(name, cap):
     assert a.arch_for_name(name) == cap
 
 
-@pytest.mark.parametrize("arch_list, cap, expected", [
-    ("8.0", "8.0", True),
-    ("8.0", "8.6", True),   # same major, higher minor runs SASS
-    ("8.6", "8.0", False),
-    ("8.0", "9.0", False),  # no PTX: no forward compatibility across majors
-    ("8.0+PTX", "9.0", True),
-    ("9.0+PTX", "8.0", False),
-    ("7.5;8.0;9.0+PTX", "10.0", True),
-    ("9.0a", "9.0", True),
-    ("9.0a", "10.0", False),
-])
-def test_covers(arch_list, cap, expected):
-    assert a.covers(arch_list, cap) is expected
+def test_query_gpus_falls_back_to_names_on_old_drivers():
+    calls = []
+
+    def run(argv):
+        calls.append(argv)
+        if "--query-gpu=name,compute_cap" in argv:
+            return 6, "", 'Field "compute_cap" is not a valid field to query.'
+        return 0, smi("old_driver_names.csv"), ""
+
+    gpus, commands = a.query_gpus(run, "/usr/bin/nvidia-smi")
+    assert [g["compute_cap"] for g in gpus] == ["7.0", "7.0", "7.5"]
+    assert len(commands) == 2 and commands == calls
+    assert a.query_gpus(run, None) == ([], [])
