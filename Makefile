@@ -45,6 +45,7 @@ lint: venv-test
 
 sanity: venv-test
 	bash scripts/sanity.sh
+	bash scripts/check_collection_install.sh
 
 unit: venv-test
 	$(BIN)/python -m pytest -q tests/unit

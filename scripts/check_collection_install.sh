@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The collection as users install it: build the tarball, install it into an
+# empty collections path outside this clone, and check that its playbooks resolve
+# as multinode.training.<name> and that ansible-doc renders its modules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${VENV_BIN:-$PWD/.venv/bin}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$BIN/ansible-galaxy" collection build --output-path "$tmp" . >/dev/null
+"$BIN/ansible-galaxy" collection install --force -p "$tmp/collections" "$tmp"/multinode-training-*.tar.gz >/dev/null
+cd "$tmp"   # away from this clone's ansible.cfg and its .collections link
+export ANSIBLE_COLLECTIONS_PATH=$tmp/collections
+for playbook in build_deepspeed train; do
+  "$BIN/ansible-playbook" "multinode.training.$playbook" --syntax-check >/dev/null
+  echo "installed collection: multinode.training.$playbook resolves"
+done
+modules=$(cd "$tmp/collections/ansible_collections/multinode/training/plugins/modules" && ls *.py | sed 's/\.py$//')
+for m in $modules; do
+  "$BIN/ansible-doc" -t module "multinode.training.$m" >/dev/null
+done
+echo "installed collection: ansible-doc renders $(echo "$modules" | wc -l) modules"
