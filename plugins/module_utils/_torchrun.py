@@ -1,5 +1,5 @@
 # Copyright: multinode.training contributors
-# Apache License 2.0 (see LICENSE)
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Pure logic of the torchrun module: validate options, build the argv, read torchrun's output.
 
 Nothing here starts a process or imports Ansible: the module
@@ -354,6 +354,12 @@ def parse_error_file(data):
     except (TypeError, ValueError):
         timestamp = None
     return {"message": message, "traceback": traceback, "timestamp": timestamp}
+
+
+def local_workers_succeeded(agent_log):
+    """The agent's local worker group finished successfully (it may still wait in its exit barrier)."""
+    return "Local worker group finished (WorkerState.SUCCEEDED)" in (agent_log or "") or \
+        "worker group successfully finished" in (agent_log or "")
 
 
 def is_peer_error(message, exitcode=None):

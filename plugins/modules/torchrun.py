@@ -149,6 +149,14 @@ options:
     description: Lines of the failing rank's log returned in RV(log_tail).
     type: int
     default: 30
+  exit_barrier_grace:
+    description:
+      - Seconds to wait, after all ranks on this node succeeded, for torchrun's exit barrier (it waits
+        for the other nodes' agents; torch gives it 300 s, and an agent that failed never arrives).
+        After that the node's torchrun is stopped and the node reports success with
+        RV(exit_barrier_abandoned); the failing node reports the failure.
+    type: int
+    default: 30
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -302,6 +310,10 @@ timed_out:
   description: Whether the job was stopped because it ran past O(timeout).
   returned: state is finished
   type: bool
+exit_barrier_abandoned:
+  description: Whether this node's ranks succeeded and torchrun was stopped in its exit barrier (see O(exit_barrier_grace)).
+  returned: state is finished
+  type: bool
 stopped:
   description: Whether the job was stopped (O(state=stopped) or a signal) rather than ending by itself.
   returned: state is finished or stopped
@@ -332,6 +344,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
     TorchrunError,
     build_argv,
     count_gpus_nvidia_smi,
+    local_workers_succeeded,
     is_peer_error,
     mask,
     parse_agent_log,
@@ -402,6 +415,15 @@ def job_alive(pid, job_id, job_dir, started=None):
     if started and time.time() - started < 10:
         return True
     return pid in find_job_processes(job_id, exclude=(), job_dir=job_dir)
+
+
+def _read_tail(path, size=16384):
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - size))
+            return handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return ""
 
 
 def rank_dirs(job_dir):
@@ -540,6 +562,7 @@ def main():
             timeout=dict(type="int", default=0),
             stop_grace=dict(type="int", default=15),
             tail_lines=dict(type="int", default=30),
+            exit_barrier_grace=dict(type="int", default=30),
         ),
         mutually_exclusive=[("script", "module")],
         supports_check_mode=True,
@@ -665,6 +688,9 @@ def wait(module, job_id, job_dir, job, result, host):
     grace = job.get("stop_grace", p["stop_grace"])
     deadline = job["start"] + timeout + grace + 30 if timeout else None
     gave_up = False
+    local_done = None
+    barrier_abandoned = False
+    log_file = os.path.join(job_dir, "torchrun.log")
     while not os.path.exists(result_file):
         if not job_alive(job.get("pid"), job_id, job_dir, job.get("start")):
             time.sleep(0.5)
@@ -674,11 +700,27 @@ def wait(module, job_id, job_dir, job, result, host):
             stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
             gave_up = True
             break
+        # This node's ranks all succeeded and torchrun only waits in its exit barrier for
+        # the other agents; an agent that failed never arrives (torch waits 300 s).
+        if local_done is None and local_workers_succeeded(_read_tail(log_file)):
+            local_done = time.time()
+        if local_done and time.time() - local_done > p["exit_barrier_grace"]:
+            stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+            barrier_abandoned = True
+            break
         time.sleep(0.5)
     data = _read_json(result_file)
     result.update(collect(job_dir, job, data, p["tail_lines"]))
     if gave_up:
         result["timed_out"] = True
+    result["exit_barrier_abandoned"] = barrier_abandoned
+    if barrier_abandoned and not result["failures"]:
+        result.update(rc=0, stopped=False, root_cause=None, root_cause_line=None)
+        for entry in result["ranks"]:
+            entry.update(exitcode=0, state="succeeded")
+        module.warn("job %s: the ranks on %s succeeded; torchrun's exit barrier was abandoned after %ss "
+                    "(another node did not finish)" % (job_id, host, p["exit_barrier_grace"]))
+        module.exit_json(**result)
     if data is None and not gave_up:
         module.fail_json(msg="job %s on %s: the supervisor (pid %s) ended without recording a result; "
                              "see %s/torchrun.log" % (job_id, host, job.get("pid"), job_dir), **result)

@@ -271,6 +271,14 @@ def test_agent_logs_two_nodes(fixture, world, global_ranks, first_hand):
     assert has_first_hand is first_hand
 
 
+@pytest.mark.parametrize("fixture, done", [
+    ("agent_success_1node.log", True), ("agent_failure_rank1.log", False),
+    ("agent_2node_node1_root_cause.log", False),
+])
+def test_local_workers_succeeded(fixture, done):
+    assert tr.local_workers_succeeded(fixture_text(fixture)) is done
+
+
 def test_error_files():
     injected = tr.parse_error_file(fixture_text("error_rank1_injected.json"))
     assert injected["message"] == "RuntimeError: injected failure on rank 1 at step 2"
