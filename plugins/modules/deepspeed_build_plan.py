@@ -79,13 +79,8 @@ options:
     description: Parallel compile jobs inside each op (C(MAX_JOBS)); 0 means the CPUs this process may use.
     type: int
     default: 0
-attributes:
-  check_mode:
-    support: full
-    description: Only probes; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Reports no differences.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 notes:
   - Ops are compiled one extension after the other with ninja using O(jobs) parallel compiles each,
     not with C(build_ext -j), whose parallel extensions race in one build folder (DeepSpeed PR 7899).

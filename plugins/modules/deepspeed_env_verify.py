@@ -39,16 +39,8 @@ options:
   report_as:
     description: Venv path recorded in the returned C(env) (the stable path when I(venv) is a release directory).
     type: path
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Reports no differences.
-  idempotent:
-    support: full
-    description: Never changes the node, C(changed) is always false; the temporary extensions directory is removed.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 """
 
 EXAMPLES = r"""

@@ -25,18 +25,8 @@ description:
   - Reads only; never changes the node.
 author:
   - multinode.training maintainers (@multinode)
-attributes:
-  check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
-    support: full
-    details: Read-only; runs the same in check mode.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
-    support: none
-  idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
-    support: full
-    details: Never reports a change.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 options:
   sysfs_root:
     description: Root of the sysfs tree to read (a recorded tree in tests).

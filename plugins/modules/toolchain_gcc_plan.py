@@ -44,13 +44,8 @@ options:
     description: Fail when an explicit version is not on offer. Off before a repository (the Ubuntu PPA) is added.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: Only probes.
-  diff_mode:
-    support: none
-    description: Reports no differences.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 """
 
 EXAMPLES = r"""

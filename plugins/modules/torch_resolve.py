@@ -33,13 +33,8 @@ options:
     type: list
     elements: str
     default: []
-attributes:
-  check_mode:
-    support: full
-    description: Read-only.
-  diff_mode:
-    support: none
-    description: Reports no differences.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 """
 
 EXAMPLES = r"""

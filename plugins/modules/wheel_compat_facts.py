@@ -44,16 +44,8 @@ options:
   node:
     description: Name used in the messages; defaults to the host name the module sees.
     type: str
-attributes:
-  check_mode:
-    support: full
-    description: Read-only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Reports no differences.
-  idempotent:
-    support: full
-    description: Never changes the node; C(changed) is always false.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 notes:
   - Runs C(python -c) on the given interpreter and C(nvidia-smi) when present; nothing else.
 """

@@ -31,16 +31,8 @@ options:
     description: Fail, naming the differing nodes, when the environments are not identical.
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-    description: Computes the same report in check mode.
-  diff_mode:
-    support: none
-    description: Reports no differences.
-  idempotent:
-    support: full
-    description: Changes nothing; C(changed) is always false.
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
 """
 
 EXAMPLES = r"""
