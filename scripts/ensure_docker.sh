@@ -26,6 +26,13 @@ if ! docker info >/dev/null 2>&1; then
   if command -v systemctl >/dev/null && systemctl is-system-running >/dev/null 2>&1; then
     systemctl start docker
   else
+    # A dockerd killed with its session leaves its pid files behind, and a new one
+    # refuses to start over them.
+    for pidfile in /var/run/docker.pid /var/run/docker/containerd/containerd.pid; do
+      if [ -f "$pidfile" ] && ! kill -0 "$(cat "$pidfile" 2>/dev/null)" 2>/dev/null; then
+        rm -f "$pidfile"
+      fi
+    done
     echo "docker: starting dockerd (log: /var/log/dockerd.log)"
     setsid nohup dockerd >/var/log/dockerd.log 2>&1 < /dev/null &
   fi
