@@ -6,6 +6,7 @@ if it is already installed.
 """
 import importlib.util
 import json
+import os
 import sys
 import sysconfig
 
@@ -15,8 +16,7 @@ info = {
     "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
     "pip": importlib.util.find_spec("pip") is not None,
     "venv": importlib.util.find_spec("venv") is not None and importlib.util.find_spec("ensurepip") is not None,
-    "headers": bool(sysconfig.get_paths().get("include"))
-    and __import__("os").path.exists(__import__("os").path.join(sysconfig.get_paths()["include"], "Python.h")),
+    "headers": os.path.exists(os.path.join(sysconfig.get_paths().get("include") or "", "Python.h")),
     "torch": None,
 }
 if importlib.util.find_spec("torch") is not None:
