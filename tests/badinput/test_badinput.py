@@ -171,3 +171,16 @@ def test_base_is_valid(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
     assert all(host["changed"] == 0 for host in report["stats"].values())
     assert tree(str(tmp)) == []
+
+
+def test_collect_and_report_tolerate_a_job_that_never_started(tmp_path):
+    """No tar error replacing the cause, no archive left: the report fails naming the first real cause."""
+    tmp = tmp_path / "case"
+    tmp.mkdir()
+    proc, report, _seconds = run_playbook(str(HERE / "never_started.yml"), {"tmp": str(tmp)}, str(tmp))
+    messages = failure_messages(report)
+    assert proc.returncode != 0
+    assert messages == ["Training job never-started failed on localhost: localhost: chdir /nonexistent is not a "
+                        "directory on localhost. Logs: %s/runs/never-started/" % tmp], messages
+    assert "Cannot stat" not in proc.stdout + proc.stderr
+    assert tree(str(tmp)) == []
