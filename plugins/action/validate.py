@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from ansible import context
-from ansible.errors import AnsibleError
+from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -23,23 +23,6 @@ display = Display()
 
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FACT = "multinode_training_validated"
-
-
-def tags_selected(tags, only_tags, skip_tags):
-    """Ansible's tag selection (playbook.taggable.Taggable.evaluate_tags) for a set of task tags."""
-    tags = set(tags)
-    only_tags = set(only_tags or ()) or {"all"}
-    skip_tags = set(skip_tags or ())
-    run = ("always" in tags or ("all" in only_tags and "never" not in tags) or bool(tags & only_tags)
-           or ("tagged" in only_tags and bool(tags) and "never" not in tags))
-    if run and skip_tags:
-        if "all" in skip_tags:
-            run = "always" in tags and "always" not in skip_tags
-        elif tags & skip_tags:
-            run = False
-        elif "tagged" in skip_tags and tags:
-            run = False
-    return run
 
 
 class ActionModule(ActionBase):
@@ -77,13 +60,13 @@ class ActionModule(ActionBase):
             "enabled": entry.get("enabled", True),
         }
 
-    def _values(self, roles, raw):
+    def _values(self, roles, raw, pattern_mode):
         """Templated values of every option of ``roles`` for one host (raw: that host's variables)."""
         variables = {}
         for role in roles:
             variables.update(role["defaults"])
         variables.update(raw)
-        values, problems = {}, []
+        values, problems, deferred = {}, [], set()
         for role in roles:
             scoped = dict(variables)
             scoped["role_path"] = role["path"]
@@ -95,11 +78,16 @@ class ActionModule(ActionBase):
                 try:
                     values[name] = _validate.plain(templar.template(variables[name]))
                 except Exception as exc:  # any templating error is a message about that variable
+                    if pattern_mode and isinstance(exc, AnsibleUndefinedVariable):
+                        # e.g. a value built from facts, which the first play has not gathered:
+                        # the role's own preflight checks it (the role is left out of the fact)
+                        deferred.add(role["name"])
+                        continue
                     reason = str(getattr(exc, "message", None) or exc).strip().splitlines()[0][:200]
                     problems.append(_validate.Problem(
                         name, variables[name], "cannot be templated (%s)" % reason,
                         "a value whose templates resolve on the controller"))
-        return values, problems
+        return values, problems, deferred
 
     def run(self, tmp=None, task_vars=None):
         task_vars = task_vars or {}
@@ -111,12 +99,15 @@ class ActionModule(ActionBase):
 
         only_tags = context.CLIARGS.get("tags") or ()
         skip_tags = context.CLIARGS.get("skip_tags") or ()
+        # `--tags validate` (the tag of this task) checks every role without running any
+        own_tags = set(self._task.tags or []) - {"always"}
         roles = []
         for entry in entries:
             role = self._role(entry)
+            role["tags"].update(own_tags)
             enabled = role["enabled"]
             if not _validate.is_bool(enabled) or _validate.as_bool(enabled):
-                if tags_selected(role["tags"], only_tags, skip_tags):
+                if _validate.tags_selected(role["tags"], only_tags, skip_tags):
                     roles.append(role)
         specs = {}
         for role in roles:
@@ -140,9 +131,10 @@ class ActionModule(ActionBase):
             hosts = [host]
             raws = {host: task_vars}
 
-        per_host, notes = {}, []
+        per_host, notes, deferred = {}, [], set()
         for host in hosts:
-            values, problems = self._values(roles, raws[host])
+            values, problems, later = self._values(roles, raws[host], pattern is not None)
+            deferred.update(later)
             ctx = {"hosts": hosts if pattern is not None else list(task_vars.get("ansible_play_hosts_all") or hosts),
                    "host": host, "notes": []}
             problems.extend(_validate.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))
@@ -158,5 +150,5 @@ class ActionModule(ActionBase):
             result.update(failed=True, msg="\n".join(p.line() for p in merged))
         else:
             result.update(msg="valid: %s on %d host(s)" % (", ".join(names) or "nothing to check", len(hosts)),
-                          ansible_facts={FACT: names})
+                          ansible_facts={FACT: [n for n in names if n not in deferred]})
         return result

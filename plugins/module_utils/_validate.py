@@ -426,3 +426,20 @@ def merge_hosts(per_host, all_hosts):
             problem.hosts = []
         result.append(problem)
     return result
+
+
+def tags_selected(tags, only_tags, skip_tags):
+    """Ansible's tag selection (playbook.taggable.Taggable.evaluate_tags) for a set of task tags."""
+    tags = set(tags)
+    only_tags = set(only_tags or ()) or {"all"}
+    skip_tags = set(skip_tags or ())
+    run = ("always" in tags or ("all" in only_tags and "never" not in tags) or bool(tags & only_tags)
+           or ("tagged" in only_tags and bool(tags) and "never" not in tags))
+    if run and skip_tags:
+        if "all" in skip_tags:
+            run = "always" in tags and "always" not in skip_tags
+        elif tags & skip_tags:
+            run = False
+        elif "tagged" in skip_tags and tags:
+            run = False
+    return run

@@ -333,3 +333,19 @@ def test_missing_manifest_names_the_variable_that_points_at_it(tmp_path):
     assert named.variable == "wheel_distribute_manifest" and "cannot be read" in named.what
     (by_wheel,) = rule("x", str(tmp_path), _manifest_values(tmp_path, wheel_distribute_wheel=str(tmp_path / "w")), {})
     assert by_wheel.variable == "wheel_distribute_wheel" and by_wheel.value.endswith("w.manifest.json")
+
+
+@pytest.mark.parametrize("tags, only, skip, selected", [
+    ({"prepare", "wheel_distribute"}, (), (), True),
+    ({"prepare", "wheel_distribute"}, (), ("prepare",), False),
+    ({"prepare", "validate"}, ("validate",), (), True),
+    ({"prepare"}, ("train",), (), False),
+    ({"train"}, ("tagged",), (), True),
+    ({"always"}, ("x",), (), True),
+    ({"always"}, (), ("all",), True),
+    ({"always"}, (), ("always", "all"), False),
+    ({"nccl"}, (), ("tagged",), False),
+    (set(), (), ("tagged",), True),
+])
+def test_tags_selected_like_ansible(tags, only, skip, selected):
+    assert v.tags_selected(tags, only, skip) is selected
