@@ -50,7 +50,8 @@ class ActionModule(ActionBase):
         options = ((specs.get("argument_specs") or {}).get(entry_point or "main") or {}).get("options") or {}
         tags = set(entry.get("tags") or [])
         for task in self._load_yaml(os.path.join(path, "tasks", "main.yml")) or []:
-            tags.update(task.get("tags") or [] if isinstance(task, dict) else [])
+            task_tags = task.get("tags") if isinstance(task, dict) else None
+            tags.update([task_tags] if isinstance(task_tags, str) else task_tags or [])
         return {
             "name": name,
             "path": path,

@@ -255,12 +255,10 @@ def _strings(variable, value, _depth=0):
             where = item_name(variable, key)
             if isinstance(key, (str, bytes)):
                 yield where, plain(key)
-            for found in _strings(where, item, _depth + 1):
-                yield found
+            yield from _strings(where, item, _depth + 1)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            for found in _strings("%s[%d]" % (variable, index), item, _depth + 1):
-                yield found
+            yield from _strings("%s[%d]" % (variable, index), item, _depth + 1)
 
 
 def item_name(variable, key):
@@ -371,7 +369,6 @@ def check_env_mapping(variable, value, key_re=ENV_NAME_RE, key_valid="names of l
         if not isinstance(item, str):
             notes.append("%s=%s is a number: passed as the string %s" % (where, show(item), show(str(item))))
     return problems, notes
-
 
 
 # ---------------------------------------------------------------- one host's variables
