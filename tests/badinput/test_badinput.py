@@ -11,8 +11,8 @@ in the one shape `<variable>=<value>: <what is wrong>; valid: <what would be>`,
 with exactly the expected number of problems (so the base itself is valid, which
 test_base_is_valid also shows for train.yml).
 
-The cases run in a small pool (BADINPUT_JOBS, default 3); the slowest case's
-seconds are printed at the end (pytest -s, or in the summary of `make badinput`).
+The cases run in a small pool (BADINPUT_JOBS, default 3); the case count and the
+slowest case's seconds are printed at the end of the run.
 """
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def run_case(case):
 
 
 @pytest.fixture(scope="session")
-def outcomes():
+def outcomes(request):
     runs_dir = ROOT / "runs"
     before = set(os.listdir(runs_dir)) if runs_dir.is_dir() else set()
     with concurrent.futures.ThreadPoolExecutor(max_workers=JOBS) as pool:
@@ -125,8 +125,9 @@ def outcomes():
     after = set(os.listdir(runs_dir)) if runs_dir.is_dir() else set()
     slowest = max(results, key=lambda k: results[k]["seconds"])
     total = sum(r["seconds"] for r in results.values())
-    sys.stderr.write("\nbad-input suite: %d cases, slowest %s %.1f s, %.1f s of runs in %d workers\n"
-                     % (len(results), slowest, results[slowest]["seconds"], total, JOBS))
+    request.config.badinput_summary = (
+        "bad-input suite: %d cases, slowest %s %.1f s, %.1f s of runs in %d workers"
+        % (len(results), slowest, results[slowest]["seconds"], total, JOBS),)
     return {"cases": results, "new_runs": sorted(after - before)}
 
 
