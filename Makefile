@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 #   make molecule SCENARIOS="toolchain_bookworm deepspeed_build"
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
-.PHONY: demo test venv venv-test harness lint sanity unit wheel molecule clean
+.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel molecule clean
 
 ## demo: create .venv, then run the main job on the embedded default (this machine):
 ## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
@@ -20,7 +20,7 @@ demo: venv
 	$(BIN)/ansible-playbook train.yml
 
 ## test: everything the tests need, then all tests.
-test: venv-test harness lint sanity unit wheel molecule
+test: venv-test harness lint sanity unit badinput wheel molecule
 
 $(BIN)/ansible-playbook: requirements.txt
 	bash scripts/bootstrap_venv.sh $(VENV) requirements.txt
@@ -49,6 +49,11 @@ sanity: venv-test
 
 unit: venv-test
 	$(BIN)/python -m pytest -q tests/unit
+
+## badinput: every case of tests/badinput/cases.yml refused before any work
+## (real ansible-playbook runs on this machine; no Docker, no build, no job).
+badinput: venv-test
+	$(BIN)/python -m pytest -q tests/badinput
 
 ## wheel: the real build on this machine, twice: the second run must change nothing.
 wheel: venv

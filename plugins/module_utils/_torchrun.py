@@ -195,6 +195,18 @@ def parse_env_file(text, path="<env file>"):
     return result
 
 
+def check_env(env, option="env"):
+    """The job's environment: names as keys, one-line values without NUL (it is also recorded in job.json)."""
+    for key, value in (env or {}).items():
+        if not ENV_NAME_RE.match(str(key)):
+            raise TorchrunError("%s[%s]: %r is not a variable name; valid: letters, digits and _, not starting "
+                                "with a digit" % (option, json.dumps(str(key)), key))
+        text = "" if value is None else str(value)
+        if any(c in text for c in "\n\r\x00"):
+            raise TorchrunError("%s[%s]: the value holds a newline or NUL; valid: one line"
+                                % (option, json.dumps(str(key))))
+
+
 def build_argv(python, opts):
     """The torchrun command as an argv list; script args are appended verbatim (no shell anywhere)."""
     low, high = parse_nnodes(opts["nnodes"])

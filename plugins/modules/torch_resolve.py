@@ -70,6 +70,7 @@ reason:
 
 import json
 import os
+import socket
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.training.plugins.module_utils import _torch_info
@@ -100,8 +101,13 @@ def main():
             module.exit_json(changed=False, resolved=True, source="installed", **found)
         interpreters.append(p["venv_python"])
     base = module.get_bin_path(p["python"]) if not os.path.isabs(p["python"]) else p["python"]
-    if base:
-        interpreters.append(base)
+    if not base or not os.access(base, os.X_OK):
+        # The interpreter the build venv is made from: nothing can work without it.
+        module.fail_json(msg="deepspeed_build_python=%s: %s on %s; valid: python3 or the absolute path of an "
+                             "interpreter on the build host" % (json.dumps(p["python"]), "not found on PATH"
+                                                                if not base else "missing or not executable",
+                                                                socket.gethostname()))
+    interpreters.append(base)
     for python in interpreters:
         argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--no-deps",
                 "--disable-pip-version-check", "--report", "-", p["requirement"]] + p["pip_args"]

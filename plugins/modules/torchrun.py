@@ -343,6 +343,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
     JOB_ENV,
     TorchrunError,
     build_argv,
+    check_env,
     count_gpus_nvidia_smi,
     local_workers_succeeded,
     is_peer_error,
@@ -521,6 +522,10 @@ def build_env(module, job_id, job_dir, secrets_out):
             env.update(parse_env_file(_read_text(path), path))
         except TorchrunError as exc:
             module.fail_json(msg="env_files: %s" % exc)
+    try:
+        check_env(module.params["env"])
+    except TorchrunError as exc:
+        module.fail_json(msg="%s (on %s)" % (exc, socket.gethostname()))
     for key, value in (module.params["env"] or {}).items():
         env[str(key)] = "" if value is None else str(value)
     secrets_out.extend(secret_values(env))

@@ -164,9 +164,9 @@ def main():
     cmd = [params["python"], "-c", INTERPRETER_SCRIPT]
     commands.append([params["python"], "-c", "<interpreter probe>"])
     try:
-        rc, out, err = module.run_command(cmd)
+        rc, out, err = module.run_command(cmd, handle_exceptions=False)
     except OSError as exc:  # interpreter missing or not executable
-        rc, out, err = 127, "", str(exc)
+        rc, out, err = 127, "", exc.strerror or "cannot be run"
     if rc == 0:
         try:
             python = json.loads(out.strip().splitlines()[-1])

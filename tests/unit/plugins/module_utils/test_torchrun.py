@@ -377,3 +377,19 @@ def test_stop_job_kills_everything_and_reports(tmp_path):
     popen.wait(timeout=10)
     assert len(killed) == 3 and survivors == []
     assert proc.find_job_processes(job_id) == []
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"BAD KEY": "1"}, 'env["BAD KEY"]: \'BAD KEY\' is not a variable name'),
+    ({"1X": "1"}, "is not a variable name"),
+    ({"A": "x\nB=2"}, 'env["A"]: the value holds a newline or NUL'),
+    ({"A": "x\x00"}, "newline or NUL"),
+])
+def test_check_env_refuses_names_and_multiline_values(env, message):
+    with pytest.raises(tr.TorchrunError) as exc:
+        tr.check_env(env)
+    assert message in str(exc.value)
+
+
+def test_check_env_accepts_names_numbers_and_null():
+    tr.check_env({"A": "1", "B_2": 3, "C": None})
