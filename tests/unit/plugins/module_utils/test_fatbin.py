@@ -20,6 +20,7 @@ def so(name):
 def cuobjdump(name):
     """cuobjdump --list-elf --list-ptx of the same file -> {'sass': [...], 'ptx': [...]}."""
     text = (FAT / ("fused_adam_op-%s.cuobjdump.txt" % name)).read_text()
+
     def archs(kind):
         found = {"%d.%d" % divmod(int(n), 10) for n in re.findall(r"^%s file .*\.sm_(\d+)\.\w+$" % kind, text, re.M)}
         return sorted(found, key=lambda a: tuple(map(int, a.split("."))))
