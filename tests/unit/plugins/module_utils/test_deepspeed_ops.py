@@ -139,3 +139,25 @@ def test_incompatible_ops_named_with_reason_and_fix(source):
     # CUTLASS_PATH given: evoformer_attn is buildable.
     assert not [p for p in o.incompatible_ops(selected, "cuda", ["8.0"], env={"CUTLASS_PATH": "/opt/cutlass"})
                 if "evoformer" in p]
+
+
+# ---------------------------------------------------------------- GPU code of the ops in a wheel
+
+def test_wheel_gpu_coverage_from_the_binaries(tmp_path):
+    import gzip
+
+    so = gzip.decompress((FIXTURES / "fatbin" / "fused_adam_op-90.so.gz").read_bytes())
+    wheel = tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so", so)
+        zf.writestr("deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so",
+                    so.replace(b".nv_fatbin\0", b".nv_fatbix\0"))   # host-only: no GPU code
+    found = {"fused_adam": "deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so",
+             "cpu_adam": "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so"}
+    coverage, problems = o.wheel_gpu_coverage(str(wheel), found, ["9.0"])
+    assert coverage == {"fused_adam": {"sass": ["9.0"], "ptx": []}, "cpu_adam": None} and problems == []
+    # A binary built for "9.0" does not hold what "8.0;9.0+PTX" asks for: the build fails naming both.
+    _coverage, problems = o.wheel_gpu_coverage(str(wheel), found, ["8.0", "9.0+PTX"])
+    assert problems == ["op fused_adam: deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so lacks "
+                        "sm_80, compute_90 requested by deepspeed_build_cuda_arch_list='8.0;9.0+PTX' "
+                        "(it has SASS sm_90)"]
