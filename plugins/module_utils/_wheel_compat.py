@@ -210,6 +210,10 @@ def _gpu_groups(gpus):
     return out
 
 
+def _has(label):
+    return "have" if label.startswith("GPUs") else "has"
+
+
 def gpu_findings(manifest, gpus, node):
     """(problems, notes) for the node's GPUs against a cuda wheel.
 
@@ -239,23 +243,25 @@ def gpu_findings(manifest, gpus, node):
         if entries is not None:
             if arch_covers(entries, cap) is None:
                 problems.append(
-                    "%s: wheel's ops are compiled for CUDA arch list %r, %s (%s) has compute "
+                    "%s: wheel's ops are compiled for CUDA arch list %r, %s (%s) %s compute "
                     "capability %d.%d, not covered (no SASS of the same major with a lower or equal "
-                    "minor, no +PTX of a lower or equal arch)" % (node, arch_list, label, gpu["name"], cap[0], cap[1]))
+                    "minor, no +PTX of a lower or equal arch)" % (node, arch_list, label, gpu["name"], _has(label),
+                                                                   cap[0], cap[1]))
             continue
         for op in gpu_ops:
             found = _fatbin.gpu_covered(op["cuda"], cap)
             if found is None:
                 problems.append(
-                    "%s: %s (%s) has compute capability %d.%d, which op %s of wheel %s does not cover: its binary "
+                    "%s: %s (%s) %s compute capability %d.%d, which op %s of wheel %s does not cover: its binary "
                     "has %s (arch list %r); it needs SASS sm_%d<minor <= %d> or PTX of an arch <= %d.%d" % (
-                        node, label, gpu["name"], cap[0], cap[1], op["name"], wheel, _fatbin.describe(op["cuda"]),
+                        node, label, gpu["name"], _has(label), cap[0], cap[1], op["name"], wheel,
+                        _fatbin.describe(op["cuda"]),
                         arch_list, cap[0], cap[1], cap[0], cap[1]))
             elif found[0] == "ptx":
                 notes.append(
-                    "%s: %s (%s) has compute capability %d.%d, op %s of wheel %s has no SASS for it and runs "
+                    "%s: %s (%s) %s compute capability %d.%d, op %s of wheel %s has no SASS for it and runs "
                     "from PTX compute_%s: the driver JIT-compiles it on first use (slow first start, cached in "
-                    "~/.nv/ComputeCache)" % (node, label, gpu["name"], cap[0], cap[1], op["name"], wheel,
+                    "~/.nv/ComputeCache)" % (node, label, gpu["name"], _has(label), cap[0], cap[1], op["name"], wheel,
                                              found[1].replace(".", "")))
     return problems, notes
 

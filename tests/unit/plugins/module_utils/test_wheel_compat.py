@@ -144,7 +144,7 @@ def test_gpu_problems_without_ptx_refuses_blackwell():
     m["cuda"]["arch_list"] = "8.0;9.0"
     problems = wc.gpu_problems(m, wc.parse_nvidia_smi(fixture("nvidia-smi-b200x2.txt")), "b")
     # GPUs of one model are named together.
-    assert len(problems) == 1 and "GPUs 0-1 (NVIDIA B200) has compute capability 10.0" in problems[0]
+    assert len(problems) == 1 and "GPUs 0-1 (NVIDIA B200) have compute capability 10.0" in problems[0]
 
 
 def test_gpu_check_skipped_with_a_note_on_gpuless_node():
@@ -461,7 +461,7 @@ def test_ptx_only_coverage_accepted_with_jit_warning():
                                       gpus("nvidia-smi-b200x2.txt"), "b1")
     assert problems == []
     assert len(notes) == 1
-    assert notes[0].startswith("b1: GPUs 0-1 (NVIDIA B200) has compute capability 10.0, op fused_adam of wheel "
+    assert notes[0].startswith("b1: GPUs 0-1 (NVIDIA B200) have compute capability 10.0, op fused_adam of wheel "
                                "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl has no SASS for it and runs from "
                                "PTX compute_90: the driver JIT-compiles it on first use")
 
