@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 #   make molecule SCENARIOS="toolchain_bookworm deepspeed_build"
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
-.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel molecule clean
+.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build molecule clean
 
 ## demo: create .venv, then run the main job on the embedded default (this machine):
 ## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
@@ -20,7 +20,7 @@ demo: venv
 	$(BIN)/ansible-playbook train.yml
 
 ## test: everything the tests need, then all tests.
-test: venv-test harness lint sanity unit badinput wheel molecule
+test: venv-test harness lint sanity unit badinput wheel cuda-build molecule
 
 $(BIN)/ansible-playbook: requirements.txt
 	bash scripts/bootstrap_venv.sh $(VENV) requirements.txt
@@ -58,6 +58,11 @@ badinput: venv-test
 ## wheel: the real build on this machine, twice: the second run must change nothing.
 wheel: venv
 	bash scripts/check_build_idempotent.sh
+
+## cuda-build: fused_adam for two arch lists against PyPI's CUDA torch, checked from the
+## binaries; the ~2.4 GB CUDA stack and the builds are cached outside the clone.
+cuda-build: venv
+	bash scripts/check_cuda_build.sh
 
 molecule: venv-test harness
 	bash scripts/run_molecule.sh $(SCENARIOS)

@@ -97,7 +97,9 @@ def auto_arch_list(gpus):
     if not gpus:
         raise ArchListError(
             "deepspeed_build_cuda_arch_list=auto: no GPU is visible on this build host "
-            "(nvidia-smi found none); set the list explicitly, e.g. '8.0;9.0+PTX'")
+            "(nvidia-smi found none), so auto has nothing to read; list the compute capabilities of "
+            "the GPUs of the nodes the wheel is for (`nvidia-smi --query-gpu=compute_cap "
+            "--format=csv,noheader` on each), e.g. deepspeed_build_cuda_arch_list='8.0;9.0+PTX'")
     unknown = [g["name"] for g in gpus if not g.get("compute_cap")]
     if unknown:
         raise ArchListError(
@@ -128,3 +130,30 @@ def query_gpus(run_command, nvidia_smi):
         if rc != 0:
             return [], commands
     return parse_nvidia_smi(out), commands
+
+
+def parse_nvcc_gpu_archs(output):
+    """`nvcc --list-gpu-arch` (compute_75, compute_80, ..., compute_100, compute_121) ->
+    ['7.5', '8.0', ..., '10.0', '12.1'], sorted; the last digit is the minor."""
+    found = set()
+    for match in re.finditer(r"\bcompute_(\d+)(\d)[af]?\b", output or ""):
+        found.add((int(match.group(1)), int(match.group(2))))
+    return ["%d.%d" % arch for arch in sorted(found)]
+
+
+def unsupported_archs(arch_list, nvcc, variable="deepspeed_build_cuda_arch_list"):
+    """Message refusing the entries of arch_list (parsed) that nvcc cannot compile for, or None.
+
+    nvcc: probe result with 'release', 'path' and 'archs' (from --list-gpu-arch; empty when
+    unknown, then nothing is refused here and nvcc itself would fail).
+    """
+    supported = (nvcc or {}).get("archs") or []
+    if not supported:
+        return None
+    bad = [t for t in arch_list if "%d.%d" % _key(t.replace("+PTX", ""))[:2] not in supported]
+    if not bad:
+        return None
+    return ("%s=%r: nvcc %s (%s) cannot compile for %s; it supports %s (`nvcc --list-gpu-arch`). "
+            "Drop %s or build with a CUDA toolkit that still has %s"
+            % (variable, ";".join(arch_list), nvcc.get("release"), nvcc.get("path"), ", ".join(bad),
+               ", ".join(supported), "it" if len(bad) == 1 else "them", "it" if len(bad) == 1 else "them"))

@@ -59,6 +59,19 @@ def _absolute_name(node, name):
     return None
 
 
+def _min_cc_major(node):
+    """`def filter_ccs(self, ccs): ... if int(cc[0]) >= 8:` -> 8: the op drops older archs."""
+    for stmt in node.body:
+        if isinstance(stmt, ast.FunctionDef) and stmt.name == "filter_ccs":
+            for sub in ast.walk(stmt):
+                if (isinstance(sub, ast.Compare) and len(sub.ops) == 1 and isinstance(sub.ops[0], ast.GtE)
+                        and isinstance(sub.left, ast.Call) and getattr(sub.left.func, "id", None) == "int"
+                        and isinstance(sub.comparators[0], ast.Constant)
+                        and isinstance(sub.comparators[0].value, int)):
+                    return sub.comparators[0].value
+    return None
+
+
 def _imported_builders(tree, op_root):
     """`from op_builder.pin_memory import PinMemoryBuilder` (also inside try/except): the builders a
     per-accelerator module re-exports from the top-level op_builder, as (file, class name)."""
@@ -84,12 +97,16 @@ def scan_builder_file(path, op_root=None):
         if isinstance(node, ast.ClassDef) and node.name.endswith("Builder"):
             consts = _class_constants(node)
             if "NAME" in consts and "BUILD_VAR" in consts and consts["NAME"] not in _PLACEHOLDERS:
-                ops.append({
+                op = {
                     "name": consts["NAME"],
                     "builder": node.name,
                     "build_var": consts["BUILD_VAR"],
                     "module": _absolute_name(node, consts["NAME"]),
-                })
+                }
+                min_major = _min_cc_major(node)
+                if min_major is not None:
+                    op["min_cc_major"] = min_major
+                ops.append(op)
     if op_root:
         for source, class_name in _imported_builders(tree, op_root):
             ops.extend(op for op in scan_builder_file(source) if op["builder"] == class_name)
@@ -153,6 +170,48 @@ def select_ops(requested, available, accelerator, variable="deepspeed_build_ops"
     return selected
 
 
+# What an op's builder (is_compatible) needs beyond torch and nvcc, checked before the build:
+# DeepSpeed's setup.py would otherwise skip the op with a warning.
+NEEDS_LIBAIO = ("async_io", "gds")
+NEEDS_CUTLASS = ("evoformer_attn",)
+
+
+def incompatible_ops(selected, accelerator, arch_list=(), env=None, libaio=True, cufile=True):
+    """One message per selected op that this build cannot compile, naming the op, the reason and the fix.
+
+    arch_list: parsed TORCH_CUDA_ARCH_LIST entries ('8.0', '9.0+PTX'); env: the build's
+    environment (CUTLASS_PATH); libaio: libaio headers present or about to be installed;
+    cufile: CUDA_HOME has libcufile (GPUDirect Storage).
+    """
+    env = env or {}
+    problems = []
+    for op in selected:
+        name = op["name"]
+        if name in NEEDS_LIBAIO and not libaio:
+            problems.append("deepspeed_build_ops: %s (%s) is incompatible with this build host: it needs libaio's "
+                            "headers and library (/usr/include/libaio.h); install libaio-dev or set "
+                            "deepspeed_build_install_prerequisites=true" % (name, op["builder"]))
+        if accelerator != "cuda":
+            continue
+        if name == "gds" and not cufile:
+            problems.append("deepspeed_build_ops: gds (%s) is incompatible with this build host: it needs "
+                            "libcufile (GPUDirect Storage) in the CUDA toolkit's lib64; install the toolkit's "
+                            "cufile component or drop gds" % op["builder"])
+        if name in NEEDS_CUTLASS and not env.get("CUTLASS_PATH"):
+            problems.append("deepspeed_build_ops: %s (%s) is incompatible with this build: it needs CUTLASS >= 3.1; "
+                            "set deepspeed_build_env: {CUTLASS_PATH: <a CUTLASS checkout>} or drop %s"
+                            % (name, op["builder"], name))
+        minimum = op.get("min_cc_major")
+        if minimum and arch_list:
+            low = [a for a in arch_list if int(a.split(".")[0]) < minimum]
+            if low:
+                problems.append("deepspeed_build_ops: %s (%s) compiles only for compute capability >= %d.0, its "
+                                "builder drops %s from deepspeed_build_cuda_arch_list=%r: remove %s from the list "
+                                "or drop %s" % (name, op["builder"], minimum, ", ".join(low), ";".join(arch_list),
+                                                "it" if len(low) == 1 else "them", name))
+    return problems
+
+
 def build_env(selected):
     """Environment for setup.py: DS_BUILD_OPS=0 (nothing implicit) plus DS_BUILD_<OP>=1 each."""
     env = {"DS_BUILD_OPS": "0"}
@@ -203,3 +262,31 @@ def check_wheel(wheel_path, selected, build_log):
                                                failure_reason(op, build_log))
             for op in missing))
     return found
+
+
+def wheel_gpu_coverage(wheel_path, found, arch_list):
+    """Read the GPU code of each op's extension in the wheel (its `.nv_fatbin`).
+
+    found: op name -> path in the wheel (check_wheel's result); arch_list: the requested
+    TORCH_CUDA_ARCH_LIST entries. Returns (coverage, problems): coverage maps op name to
+    {'sass': [...], 'ptx': [...]} or None for host-only extensions (cpu_adam: no GPU code);
+    problems names each op and each requested arch its binary lacks.
+    """
+    from ansible_collections.multinode.training.plugins.module_utils import _fatbin
+
+    coverage = {}
+    problems = []
+    with zipfile.ZipFile(wheel_path) as wheel:
+        for name, member in found.items():
+            try:
+                coverage[name] = _fatbin.read_coverage(wheel.read(member))
+            except _fatbin.FatbinError as exc:
+                problems.append("op %s: cannot read the GPU code of %s: %s" % (name, member, exc))
+                continue
+            if coverage[name] is None:
+                continue
+            missing = _fatbin.missing_archs(coverage[name], arch_list)
+            if missing:
+                problems.append("op %s: %s lacks %s requested by deepspeed_build_cuda_arch_list=%r (it has %s)" % (
+                    name, member, ", ".join(missing), ";".join(arch_list), _fatbin.describe(coverage[name])))
+    return coverage, problems

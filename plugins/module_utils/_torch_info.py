@@ -38,6 +38,10 @@ def cuda_from_requires(requires_dist):
         match = re.match(r"nvidia-cuda-runtime-cu(\d+)", req)
         if match:
             return "%s.0" % match.group(1)
+        # torch >= 2.10 on PyPI: cuda-toolkit[cublas,cudart,...]==13.0.3
+        match = re.match(r"cuda-toolkit\s*(?:\[[^\]]*\])?\s*==\s*(\d+)\.(\d+)", req)
+        if match:
+            return "%s.%s" % (match.group(1), match.group(2))
     return None
 
 

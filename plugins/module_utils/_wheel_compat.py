@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _fatbin
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import cpuinfo_flags
 
 MARKER_NAME = ".multinode-training.json"
@@ -192,30 +192,88 @@ def parse_nvidia_smi(text):
     return [dict(gpu, index=i) for i, gpu in enumerate(_cuda_arch.parse_nvidia_smi("\n".join(lines)))]
 
 
-def gpu_problems(manifest, gpus, node):
-    """Each GPU on the node must be covered by the manifest's arch list (cuda builds only)."""
-    if manifest.get("accelerator") != "cuda":
-        return []
-    arch_list = (manifest.get("cuda") or {}).get("arch_list") or ""
-    if not gpus:
-        return ["%s: wheel is a cuda build for arch list %r, node has no NVIDIA GPU "
-                "(nvidia-smi absent or lists none)" % (node, arch_list)]
-    entries = parse_arch_list(arch_list)
-    problems = []
+def _gpu_groups(gpus):
+    """GPUs grouped by (name, compute_cap), in index order: [(label, gpu)], label 'GPU 0' or 'GPUs 0-7'."""
+    groups = {}
     for gpu in gpus:
+        groups.setdefault((gpu["name"], gpu["compute_cap"]), []).append(gpu)
+    out = []
+    for members in sorted(groups.values(), key=lambda m: m[0]["index"]):
+        idx = [m["index"] for m in members]
+        if len(idx) == 1:
+            label = "GPU %s" % idx[0]
+        elif idx == list(range(idx[0], idx[0] + len(idx))):
+            label = "GPUs %s-%s" % (idx[0], idx[-1])
+        else:
+            label = "GPUs %s" % ", ".join(str(i) for i in idx)
+        out.append((label, members[0]))
+    return out
+
+
+def _has(label):
+    return "have" if label.startswith("GPUs") else "has"
+
+
+def gpu_findings(manifest, gpus, node):
+    """(problems, notes) for the node's GPUs against a cuda wheel.
+
+    With per-op coverage in the manifest (ops[].cuda, read from the binaries by the build),
+    every GPU must be covered by every op that has GPU code: SASS of the GPU's major with a
+    lower or equal minor, or PTX of a lower or equal arch, which the driver JIT-compiles on
+    first use (a note, not a refusal). Older manifests fall back to the arch list. A node
+    without GPUs is not judged here: a note says the check was skipped.
+    """
+    if manifest.get("accelerator") != "cuda":
+        return [], []
+    arch_list = (manifest.get("cuda") or {}).get("arch_list") or ""
+    wheel = manifest.get("wheel")
+    if not gpus:
+        return [], ["%s: no NVIDIA GPU (nvidia-smi absent or lists none): the GPU check of cuda wheel %s "
+                    "(arch list %r) is skipped; its CUDA ops need a GPU to run" % (node, wheel, arch_list)]
+    gpu_ops = [op for op in manifest.get("ops") or [] if op.get("cuda")]
+    entries = None if gpu_ops else parse_arch_list(arch_list)
+    problems, notes = [], []
+    for label, gpu in _gpu_groups(gpus):
         try:
             cap = parse_compute_cap(gpu["compute_cap"])
         except ValueError:
-            problems.append("%s: GPU %s (%s) reports compute capability %r, which cannot be read" % (
-                node, gpu["index"], gpu["name"], gpu["compute_cap"]))
+            problems.append("%s: %s (%s) reports compute capability %r, which cannot be read" % (
+                node, label, gpu["name"], gpu["compute_cap"]))
             continue
-        if arch_covers(entries, cap) is None:
-            problems.append(
-                "%s: wheel's ops are compiled for CUDA arch list %r, GPU %s (%s) has compute "
-                "capability %d.%d, not covered (no SASS of the same major with a lower or equal "
-                "minor, no +PTX of a lower or equal arch)" % (
-                    node, arch_list, gpu["index"], gpu["name"], cap[0], cap[1]))
-    return problems
+        if entries is not None:
+            if arch_covers(entries, cap) is None:
+                problems.append(
+                    "%s: wheel's ops are compiled for CUDA arch list %r, %s (%s) %s compute "
+                    "capability %d.%d, not covered (no SASS of the same major with a lower or equal "
+                    "minor, no +PTX of a lower or equal arch)" % (node, arch_list, label, gpu["name"], _has(label),
+                                                                   cap[0], cap[1]))
+            continue
+        for op in gpu_ops:
+            found = _fatbin.gpu_covered(op["cuda"], cap)
+            if found is None:
+                problems.append(
+                    "%s: %s (%s) %s compute capability %d.%d, which op %s of wheel %s does not cover: its binary "
+                    "has %s (arch list %r); it needs SASS sm_%d<minor <= %d> or PTX of an arch <= %d.%d" % (
+                        node, label, gpu["name"], _has(label), cap[0], cap[1], op["name"], wheel,
+                        _fatbin.describe(op["cuda"]),
+                        arch_list, cap[0], cap[1], cap[0], cap[1]))
+            elif found[0] == "ptx":
+                notes.append(
+                    "%s: %s (%s) %s compute capability %d.%d, op %s of wheel %s has no SASS for it and runs "
+                    "from PTX compute_%s: the driver JIT-compiles it on first use (slow first start, cached in "
+                    "~/.nv/ComputeCache)" % (node, label, gpu["name"], _has(label), cap[0], cap[1], op["name"], wheel,
+                                             found[1].replace(".", "")))
+    return problems, notes
+
+
+def gpu_problems(manifest, gpus, node):
+    """Each GPU on the node must be covered by the wheel's GPU code (cuda builds only)."""
+    return gpu_findings(manifest, gpus, node)[0]
+
+
+def gpu_notes(manifest, gpus, node):
+    """Warnings for an accepted node: PTX-only coverage (JIT on first use), GPU check skipped."""
+    return gpu_findings(manifest, gpus, node)[1]
 
 
 # --------------------------------------------------------------------------- torch, CPU, venv
@@ -238,6 +296,17 @@ def parse_torch_cuda(version_py_text):
     return match.group(2) or None
 
 
+def same_torch_version(have, want):
+    """The node's torch (from its dist-info) is the one the wheel needs (torch.__version__ at
+    build time). PyPI's Linux torch is a CUDA build whose dist-info says '2.13.0' while
+    torch.__version__ says '2.13.0+cu130': an unlabelled version matches a +cuXY one (the
+    CUDA release is compared separately); it never matches +cpu."""
+    if have == want:
+        return True
+    (h_pub, _s, h_label), (w_pub, _s2, w_label) = (str(have).partition("+"), str(want).partition("+"))
+    return h_pub == w_pub and not h_label and w_label.startswith("cu")
+
+
 def torch_problems(manifest, venv, node):
     """The torch already in the node's venv must be the one the wheel was built against."""
     torch = venv.get("torch")
@@ -246,7 +315,7 @@ def torch_problems(manifest, venv, node):
     want = manifest.get("torch") or {}
     problems = []
     where = "%s has torch %s" % (venv.get("path"), torch)
-    if torch != want.get("version"):
+    if not same_torch_version(torch, want.get("version")):
         problems.append(
             "%s: wheel needs torch %s, node's venv %s (wheel_distribute does not replace the torch of "
             "an existing environment: remove it or set wheel_distribute_venv to a new path)" % (

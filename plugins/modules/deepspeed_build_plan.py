@@ -79,6 +79,20 @@ options:
     description: Parallel compile jobs inside each op (C(MAX_JOBS)); 0 means the CPUs this process may use.
     type: int
     default: 0
+  site_packages:
+    description:
+      - site-packages of the build venv once the CUDA torch is installed there. For cuda builds, headers
+        the toolkit lacks (cuBLAS, cuSPARSE, cuSOLVER, cuRAND) are looked up in its C(nvidia/*/include)
+        folders and added to C(CPATH) in RV(env); a header found nowhere fails naming it.
+    type: path
+  env:
+    description: The user's extra build environment (C(CUTLASS_PATH) makes C(evoformer_attn) buildable).
+    type: dict
+    default: {}
+  install_prerequisites:
+    description: Whether the role installs libaio-dev for C(async_io)/C(gds) (else its header must be there).
+    type: bool
+    default: true
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 notes:
@@ -131,14 +145,19 @@ available_ops:
   type: list
   elements: str
 env:
-  description: Environment for C(setup.py bdist_wheel) (DS_ACCELERATOR, DS_BUILD_*, TORCH_CUDA_ARCH_LIST, MAX_JOBS).
+  description:
+    - Environment for C(setup.py bdist_wheel) (DS_ACCELERATOR, DS_BUILD_*, TORCH_CUDA_ARCH_LIST, MAX_JOBS).
+    - For cuda builds also C(CUDA_HOME), the toolkit nvcc really belongs to (torch guesses it from the
+      folder of the first nvcc on PATH, which is wrong for a wrapper script), and C(CPATH) when
+      O(site_packages) supplies headers.
   returned: always
   type: dict
 nvcc:
   description: nvcc path and release, and the highest gcc major it accepts (null when there is no nvcc).
   returned: always
   type: dict
-  sample: {path: /usr/local/cuda/bin/nvcc, release: "13.0", max_gcc: 15}
+  sample: {path: /usr/local/cuda/bin/nvcc, release: "13.0", max_gcc: 15, cuda_home: /usr/local/cuda-13.0,
+           archs: ["7.5", "8.0", "9.0", "10.0", "12.0"]}
 cpu:
   description: CPU target of the C(-march=native) build, flags in /proc/cpuinfo names.
   returned: always
@@ -159,8 +178,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.training.plugins.module_utils import _cpu_isa, _cuda_arch, _deepspeed_ops
-from ansible_collections.multinode.training.plugins.module_utils import _toolchain, _torch_info
-from ansible_collections.multinode.training.plugins.module_utils._nvcc import find_nvcc, probe_nvcc
+from ansible_collections.multinode.training.plugins.module_utils import _nvcc, _toolchain, _torch_info
 
 DEFAULT_OPS = {"cuda": ["cpu_adam", "utils"], "cpu": ["cpu_adam", "deepspeed_shm_comm"]}
 
@@ -189,12 +207,22 @@ def probe_cpu(module, cc):
             "compiler_only_flags": sorted(set(flags) - set(kept))}, version.strip()
 
 
-def resolve_ops(module, source_dir, accelerator, requested):
+def resolve_ops(module, source_dir, accelerator, requested, arch_list="", nvcc=None):
+    p = module.params
     try:
         available = _deepspeed_ops.available_ops(source_dir, accelerator)
         selected = _deepspeed_ops.select_ops(requested or DEFAULT_OPS[accelerator], available, accelerator)
     except _deepspeed_ops.OpsError as exc:
         module.fail_json(msg=str(exc))
+    cuda_home = (nvcc or {}).get("cuda_home") or ""
+    problems = _deepspeed_ops.incompatible_ops(
+        selected, accelerator, [a for a in arch_list.split(";") if a],
+        env=dict(os.environ, **p["env"]),
+        libaio=p["install_prerequisites"] or os.path.isfile("/usr/include/libaio.h"),
+        cufile=bool(cuda_home) and any(os.path.exists(os.path.join(cuda_home, d, "libcufile.so"))
+                                       for d in ("lib64", "lib", "targets/x86_64-linux/lib")))
+    if problems:
+        module.fail_json(msg="%s: %s" % (os.uname()[1], "; ".join(problems)))
     return dict(ops=selected, available_ops=[op["name"] for op in available])
 
 
@@ -220,6 +248,9 @@ def main():
             cc=dict(type="str", default="gcc"),
             cxx=dict(type="str", default="g++"),
             jobs=dict(type="int", default=0),
+            site_packages=dict(type="path"),
+            env=dict(type="dict", default={}),
+            install_prerequisites=dict(type="bool", default=True),
         ),
         supports_check_mode=True,
     )
@@ -235,7 +266,7 @@ def main():
         except _cuda_arch.ArchListError as exc:
             module.fail_json(msg=str(exc))
 
-    nvcc = probe_nvcc(module, find_nvcc(module, p["nvcc"]))
+    nvcc = _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, p["nvcc"]))
     if p["phase"] == "inputs" and not p["torch"]:
         if p["accelerator"] == "cuda" and not nvcc:
             try:
@@ -256,12 +287,15 @@ def main():
             arch = explicit_arch if p["cuda_arch_list"] != "auto" else _cuda_arch.auto_arch_list(gpus)
         except _cuda_arch.ArchListError as exc:
             module.fail_json(msg=str(exc), gpus=gpus)
+        unsupported = _cuda_arch.unsupported_archs(arch, nvcc)
+        if unsupported:
+            module.fail_json(msg="%s: %s" % (host, unsupported), nvcc=nvcc)
         arch_list = ";".join(arch)
 
     if p["phase"] == "inputs":
         result = dict(changed=False, nvcc=nvcc, accelerator=accelerator, arch_list=arch_list, gpus=gpus)
         if p["source_dir"]:
-            result.update(resolve_ops(module, p["source_dir"], accelerator, p["ops"]))
+            result.update(resolve_ops(module, p["source_dir"], accelerator, p["ops"], arch_list, nvcc))
         module.exit_json(**result)
     cpu, gcc_version = probe_cpu(module, p["cc"])
     jobs = p["jobs"] or usable_cpus()
@@ -273,6 +307,17 @@ def main():
     if arch_list:
         env["TORCH_CUDA_ARCH_LIST"] = arch_list
         env["DS_NVCC_THREADS"] = str(min(jobs, 8))
+        env["CUDA_HOME"] = nvcc["cuda_home"]
+        if p["site_packages"]:
+            extra, missing, searched = _nvcc.cuda_include_dirs(nvcc["cuda_home"], p["site_packages"])
+            if missing:
+                module.fail_json(msg="%s: the CUDA headers %s are neither in the toolkit of nvcc %s nor in the "
+                                     "build venv's nvidia packages (searched %s): install the toolkit's dev "
+                                     "packages (libcublas-dev, libcusparse-dev, libcusolver-dev, libcurand-dev) "
+                                     "or a CUDA torch whose nvidia-* wheels carry them"
+                                     % (host, ", ".join(missing), nvcc["path"], ", ".join(searched)))
+            if extra:
+                env["CPATH"] = os.pathsep.join(extra + [d for d in os.environ.get("CPATH", "").split(os.pathsep) if d])
 
     result = dict(changed=False, accelerator=accelerator, arch_list=arch_list, gpus=gpus, nvcc=nvcc,
                   cpu=cpu, jobs=jobs, env=env,
@@ -280,7 +325,7 @@ def main():
                             "cxx_standard": _toolchain.cxx_standard(p["deepspeed_version"],
                                                                     (p["torch"] or {}).get("version"))})
     if p["source_dir"]:
-        ops = resolve_ops(module, p["source_dir"], accelerator, p["ops"])
+        ops = resolve_ops(module, p["source_dir"], accelerator, p["ops"], arch_list, nvcc)
         env.update(_deepspeed_ops.build_env(ops["ops"]))
         result.update(ops)
     module.exit_json(**result)

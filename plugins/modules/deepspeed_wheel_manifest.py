@@ -12,6 +12,9 @@ description:
   - Opens the wheel, looks for the compiled extension of each requested op and fails naming every
     missing op with the reason found in the build log (DeepSpeed's C(setup.py) skips an op it cannot
     build with only a warning; the op would then be JIT-compiled on every node at run time).
+  - For cuda builds, reads the GPU code inside each op's extension (the ELF C(.nv_fatbin) section, without
+    any NVIDIA tool), records it per op as C(cuda.sass) and C(cuda.ptx), and fails naming the op and the arch
+    when an arch of C(info.cuda.arch_list) is missing from its binary.
   - Writes C(<wheel>.manifest.json) beside the wheel (see docs/manifest.md), atomically, after the
     checks pass. The manifest records the wheel's sha256, python tag and platform, and everything in
     O(info).
@@ -117,8 +120,16 @@ def main():
                 "wheel_size": os.path.getsize(wheel)}
     manifest.update(module.params["info"])
     manifest["python"] = dict(manifest.get("python") or {}, tag=python_tag, abi=abi, platform=platform)
-    manifest["ops"] = [dict(name=op["name"], builder=op["builder"], build_var=op["build_var"],
-                            module=op["module"], file=found[op["name"]]) for op in module.params["ops"]]
+    ops = [dict(name=op["name"], builder=op["builder"], build_var=op["build_var"],
+                module=op["module"], file=found[op["name"]]) for op in module.params["ops"]]
+    if manifest.get("accelerator") == "cuda":
+        arch_list = [a for a in ((manifest.get("cuda") or {}).get("arch_list") or "").split(";") if a]
+        coverage, problems = _deepspeed_ops.wheel_gpu_coverage(wheel, found, arch_list)
+        if problems:
+            module.fail_json(msg="; ".join(problems), coverage=coverage)
+        for op in ops:
+            op["cuda"] = coverage[op["name"]]
+    manifest["ops"] = ops
     path = wheel + ".manifest.json"
     text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     old = None

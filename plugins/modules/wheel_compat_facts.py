@@ -18,8 +18,11 @@ description:
     each GPU's compute capability from C(nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader)
     when C(nvidia-smi) is on the PATH; the CPU flags of C(/proc/cpuinfo)."
   - "Checks: wheel tags vs interpreter; torch (and CUDA for cuda builds) vs the manifest; every GPU
-    covered by the manifest's CUDA arch list (SASS of the same major and a lower or equal minor, or
-    C(+PTX) of a lower or equal arch); every CPU flag the build assumed present; a usable venv path."
+    covered by the GPU code that the build read from each op's binary (C(ops[].cuda) in the manifest;
+    the CUDA arch list for older manifests): SASS of the same major and a lower or equal minor, or
+    PTX of a lower or equal arch, accepted with a warning that the driver JIT-compiles it on first use;
+    every CPU flag the build assumed present; a usable venv path."
+  - On a node without GPUs the GPU check is skipped with a warning.
   - Each problem names the node, what the wheel needs and what the node has. The module never fails
     on an incompatible node; it returns the problems so that a play can report all nodes at once.
 author:
@@ -118,6 +121,11 @@ gpus:
   type: list
   elements: dict
   sample: [{"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}]
+notes:
+  description: Warnings for an accepted node (PTX-only coverage, GPU check skipped); also issued as warnings.
+  returned: always
+  type: list
+  elements: str
 cpu_flags_missing:
   description: CPU flags from the manifest that the node's cpuinfo lacks.
   returned: always
@@ -139,6 +147,7 @@ from ansible_collections.multinode.training.plugins.module_utils import _cuda_ar
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import missing_flags
 from ansible_collections.multinode.training.plugins.module_utils._wheel_compat import (
     INTERPRETER_SCRIPT,
+    gpu_notes,
     installed,
     node_problems,
     venv_facts,
@@ -189,6 +198,9 @@ def main():
     facts = {"python": python, "venv": venv, "gpus": gpus, "cpuinfo": cpuinfo,
              "cpuinfo_path": params["cpuinfo_path"]}
     problems = node_problems(manifest, facts, node)
+    notes = gpu_notes(manifest, gpus, node)
+    for note in notes:
+        module.warn(note)
     module.exit_json(
         changed=False,
         compatible=not problems,
@@ -197,6 +209,7 @@ def main():
         venv=venv,
         installed=installed(manifest, venv),
         gpus=gpus,
+        notes=notes,
         cpu_flags_missing=missing_flags((manifest.get("cpu") or {}).get("flags") or [], cpuinfo),
         commands=commands,
     )

@@ -91,3 +91,40 @@ def test_query_gpus_falls_back_to_names_on_old_drivers():
     assert [g["compute_cap"] for g in gpus] == ["7.0", "7.0", "7.5"]
     assert len(commands) == 2 and commands == calls
     assert a.query_gpus(run, None) == ([], [])
+
+
+# ---------------------------------------------------------------- what nvcc can compile for
+
+NVCC13 = {"path": "/usr/local/bin/nvcc", "release": "13.0"}
+
+
+def nvcc13():
+    return dict(NVCC13, archs=a.parse_nvcc_gpu_archs((FIXTURES / "cuda" / "nvcc-13.0-list-gpu-arch.txt").read_text()))
+
+
+def test_nvcc_13_list_gpu_arch_recorded():
+    assert nvcc13()["archs"] == ["7.5", "8.0", "8.6", "8.7", "8.8", "8.9", "9.0", "10.0", "10.3", "11.0",
+                                 "12.0", "12.1"]
+
+
+@pytest.mark.parametrize("arch_list", ["8.0;9.0+PTX", "7.5", "9.0a;10.0", "12.0+PTX"])
+def test_supported_archs_pass(arch_list):
+    assert a.unsupported_archs(a.parse_arch_list(arch_list), nvcc13()) is None
+
+
+def test_archs_nvcc_13_dropped_are_refused_by_name():
+    msg = a.unsupported_archs(a.parse_arch_list("6.0;7.0;8.0;9.0+PTX"), nvcc13())
+    assert msg.startswith("deepspeed_build_cuda_arch_list='6.0;7.0;8.0;9.0+PTX': nvcc 13.0 (/usr/local/bin/nvcc) "
+                          "cannot compile for 6.0, 7.0; it supports 7.5, 8.0,")
+    assert "Drop them" in msg
+
+
+def test_unknown_nvcc_archs_refuse_nothing():
+    assert a.unsupported_archs(["5.0"], dict(NVCC13, archs=[])) is None
+
+
+def test_auto_without_gpu_asks_for_the_nodes_archs():
+    with pytest.raises(a.ArchListError) as err:
+        a.auto_arch_list([])
+    assert "the GPUs of the nodes the wheel is for" in str(err.value)
+    assert "deepspeed_build_cuda_arch_list='8.0;9.0+PTX'" in str(err.value)

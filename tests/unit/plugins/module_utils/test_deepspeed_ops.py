@@ -103,3 +103,61 @@ def test_missing_op_without_a_logged_reason(source, tmp_path):
     with pytest.raises(o.OpsError) as err:
         o.check_wheel(str(wheel), selected, "nothing relevant\n")
     assert "logged no reason" in str(err.value)
+
+
+# ---------------------------------------------------------------- builders that cannot build here
+
+def cuda_ops(source, *names):
+    return o.select_ops(list(names), o.available_ops(source, "cuda"), "cuda")
+
+
+def test_min_arch_read_from_filter_ccs(source):
+    ops = {op["name"]: op for op in o.available_ops(source, "cuda")}
+    assert ops["fp_quantizer"]["min_cc_major"] == 8
+    assert ops["ragged_device_ops"]["min_cc_major"] == 8
+    assert ops["evoformer_attn"]["min_cc_major"] == 7
+    assert "min_cc_major" not in ops["fused_adam"]
+
+
+def test_compatible_ops_pass(source):
+    selected = cuda_ops(source, "fused_adam", "fp_quantizer", "async_io")
+    assert o.incompatible_ops(selected, "cuda", ["8.0", "9.0+PTX"], env={}, libaio=True) == []
+
+
+def test_incompatible_ops_named_with_reason_and_fix(source):
+    selected = cuda_ops(source, "fused_adam", "evoformer_attn", "fp_quantizer", "async_io", "gds")
+    problems = o.incompatible_ops(selected, "cuda", ["7.5", "9.0+PTX"], env={}, libaio=False, cufile=False)
+    text = "\n".join(problems)
+    assert "fused_adam" not in text
+    assert ("deepspeed_build_ops: evoformer_attn (EvoformerAttnBuilder) is incompatible with this build: it needs "
+            "CUTLASS >= 3.1; set deepspeed_build_env: {CUTLASS_PATH: <a CUTLASS checkout>}") in text
+    assert ("fp_quantizer (FPQuantizerBuilder) compiles only for compute capability >= 8.0, its builder drops 7.5 "
+            "from deepspeed_build_cuda_arch_list='7.5;9.0+PTX'") in text
+    assert "async_io (AsyncIOBuilder) is incompatible with this build host: it needs libaio" in text
+    assert "install libaio-dev or set deepspeed_build_install_prerequisites=true" in text
+    assert "gds (GDSBuilder) is incompatible with this build host: it needs libcufile" in text
+    # CUTLASS_PATH given: evoformer_attn is buildable.
+    assert not [p for p in o.incompatible_ops(selected, "cuda", ["8.0"], env={"CUTLASS_PATH": "/opt/cutlass"})
+                if "evoformer" in p]
+
+
+# ---------------------------------------------------------------- GPU code of the ops in a wheel
+
+def test_wheel_gpu_coverage_from_the_binaries(tmp_path):
+    import gzip
+
+    so = gzip.decompress((FIXTURES / "fatbin" / "fused_adam_op-90.so.gz").read_bytes())
+    wheel = tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        zf.writestr("deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so", so)
+        zf.writestr("deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so",
+                    so.replace(b".nv_fatbin\0", b".nv_fatbix\0"))   # host-only: no GPU code
+    found = {"fused_adam": "deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so",
+             "cpu_adam": "deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so"}
+    coverage, problems = o.wheel_gpu_coverage(str(wheel), found, ["9.0"])
+    assert coverage == {"fused_adam": {"sass": ["9.0"], "ptx": []}, "cpu_adam": None} and problems == []
+    # A binary built for "9.0" does not hold what "8.0;9.0+PTX" asks for: the build fails naming both.
+    _coverage, problems = o.wheel_gpu_coverage(str(wheel), found, ["8.0", "9.0+PTX"])
+    assert problems == ["op fused_adam: deepspeed/ops/adam/fused_adam_op.cpython-311-x86_64-linux-gnu.so lacks "
+                        "sm_80, compute_90 requested by deepspeed_build_cuda_arch_list='8.0;9.0+PTX' "
+                        "(it has SASS sm_90)"]

@@ -13,6 +13,9 @@ def report(name):
     ("torch-2.13.0-cpu.json", "2.13.0+cpu", None),
     ("torch-2.7.1-cu128.json", "2.7.1", "12.8"),
     ("torch-2.6.0-cu124-label.json", "2.6.0+cu124", "12.4"),
+    # PyPI's default Linux torch 2.13.0 (torch.__version__ 2.13.0+cu130) names its CUDA
+    # through cuda-toolkit[...]==13.0.3, not nvidia-cuda-runtime.
+    ("torch-2.13.0-cu130-pypi.json", "2.13.0", "13.0"),
 ])
 def test_from_recorded_reports(name, version, cuda):
     found = ti.from_pip_report(report(name))

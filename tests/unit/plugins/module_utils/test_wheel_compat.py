@@ -143,13 +143,16 @@ def test_gpu_problems_without_ptx_refuses_blackwell():
     m = manifest("manifest-cuda-80-90ptx.json")
     m["cuda"]["arch_list"] = "8.0;9.0"
     problems = wc.gpu_problems(m, wc.parse_nvidia_smi(fixture("nvidia-smi-b200x2.txt")), "b")
-    assert len(problems) == 2 and "GPU 1 (NVIDIA B200) has compute capability 10.0" in problems[1]
+    # GPUs of one model are named together.
+    assert len(problems) == 1 and "GPUs 0-1 (NVIDIA B200) have compute capability 10.0" in problems[0]
 
 
-def test_gpu_problems_cuda_wheel_on_gpuless_node():
-    problems = wc.gpu_problems(manifest("manifest-cuda-80-90ptx.json"), [], "cpu9")
-    assert problems == ["cpu9: wheel is a cuda build for arch list '8.0;9.0+PTX', node has no NVIDIA GPU "
-                        "(nvidia-smi absent or lists none)"]
+def test_gpu_check_skipped_with_a_note_on_gpuless_node():
+    problems, notes = wc.gpu_findings(manifest("manifest-cuda-80-90ptx.json"), [], "cpu9")
+    assert problems == []
+    assert notes == ["cpu9: no NVIDIA GPU (nvidia-smi absent or lists none): the GPU check of cuda wheel "
+                     "deepspeed-0.17.1+a1b2c3d-cp312-cp312-linux_x86_64.whl (arch list '8.0;9.0+PTX') is skipped; "
+                     "its CUDA ops need a GPU to run"]
 
 
 def test_gpu_problems_ignored_for_cpu_builds():
@@ -424,3 +427,83 @@ def test_consistency_does_not_mutate_input():
     before = copy.deepcopy(envs)
     wc.consistency_report(envs)
     assert envs == before
+
+
+# ---------------------------------------------------------------- GPU code read from the binaries
+
+def coverage_manifest(name):
+    """Manifests of real CUDA builds on this machine (fused_adam + host-only cpu_adam added)."""
+    m = manifest(name)
+    m["ops"].append({"name": "cpu_adam", "builder": "CPUAdamBuilder", "build_var": "DS_BUILD_CPU_ADAM",
+                     "module": "deepspeed.ops.adam.cpu_adam_op", "file": "x.so", "cuda": None})
+    return m
+
+
+def gpus(name):
+    return wc.parse_nvidia_smi(fixture(name))
+
+
+def test_recorded_cuda_manifests_hold_coverage():
+    a = coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json")
+    b = coverage_manifest("manifest-cuda-fused_adam-90.json")
+    assert a["ops"][0]["cuda"] == {"sass": ["8.0", "9.0"], "ptx": ["9.0"]}
+    assert b["ops"][0]["cuda"] == {"sass": ["9.0"], "ptx": []}
+
+
+@pytest.mark.parametrize("smi", ["nvidia-smi-h100x8.txt", "nvidia-smi-a100x4.txt", "nvidia-smi-a10g.txt"])
+def test_sass_covered_gpus_accepted_silently(smi):
+    # A10G is 8.6: sm_80 SASS runs on it (same major, lower minor).
+    assert wc.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"), gpus(smi), "n") == ([], [])
+
+
+def test_ptx_only_coverage_accepted_with_jit_warning():
+    problems, notes = wc.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
+                                      gpus("nvidia-smi-b200x2.txt"), "b1")
+    assert problems == []
+    assert len(notes) == 1
+    assert notes[0].startswith("b1: GPUs 0-1 (NVIDIA B200) have compute capability 10.0, op fused_adam of wheel "
+                               "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl has no SASS for it and runs from "
+                               "PTX compute_90: the driver JIT-compiles it on first use")
+
+
+def test_uncovered_gpu_refused_naming_node_gpu_cap_op_and_binary():
+    problems, _notes = wc.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
+                                       gpus("nvidia-smi-mixed-v100-l4.txt"), "old2")
+    assert problems == [
+        "old2: GPU 0 (Tesla V100-SXM2-32GB) has compute capability 7.0, which op fused_adam of wheel "
+        "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl does not cover: its binary has SASS sm_80, sm_90; "
+        "PTX compute_90 (arch list '8.0;9.0+PTX'); it needs SASS sm_7<minor <= 0> or PTX of an arch <= 7.0"]
+
+
+@pytest.mark.parametrize("smi, refused", [
+    ("nvidia-smi-h100x8.txt", False),
+    ("nvidia-smi-a100x4.txt", True),   # no sm_8x, no PTX
+    ("nvidia-smi-b200x2.txt", True),   # sm_90 SASS does not run on 10.0, no PTX to JIT
+])
+def test_sass_only_build(smi, refused):
+    m = coverage_manifest("manifest-cuda-fused_adam-90.json")
+    problems, notes = wc.gpu_findings(m, gpus(smi), "n")
+    assert bool(problems) == refused and notes == []
+    assert all("its binary has SASS sm_90 (arch list '9.0')" in p for p in problems)
+
+
+def test_node_problems_use_the_binary_coverage():
+    m = coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json")
+    # The arch list alone would accept 7.0 nowhere either; the binary is what is judged: an
+    # arch list that claims sm_70 does not help when the binary lacks it.
+    m["cuda"]["arch_list"] = "7.0;8.0;9.0+PTX"
+    facts = node_facts(python=dict(CP311, version="3.11.7"), gpus=gpus("nvidia-smi-mixed-v100-l4.txt"))
+    assert any("GPU 0 (Tesla V100-SXM2-32GB) has compute capability 7.0, which op fused_adam" in p
+               for p in wc.node_problems(m, facts, "old2"))
+
+
+@pytest.mark.parametrize("have, want, same", [
+    ("2.13.0", "2.13.0+cu130", True),      # PyPI CUDA torch: dist-info vs torch.__version__
+    ("2.13.0+cu130", "2.13.0+cu130", True),
+    ("2.13.0+cpu", "2.13.0+cu130", False),
+    ("2.13.0", "2.13.0+cpu", False),       # PyPI's unlabelled torch is a CUDA build
+    ("2.13.0+cu130", "2.13.0", False),
+    ("2.12.0", "2.13.0+cu130", False),
+])
+def test_same_torch_version(have, want, same):
+    assert wc.same_torch_version(have, want) is same
