@@ -56,7 +56,7 @@ EXAMPLES = r"""
 import os
 
 from ansible.errors import AnsibleParserError
-from ansible.module_utils.common.text.converters import to_native, to_text
+from ansible.module_utils.common.text.converters import to_bytes, to_native, to_text
 from ansible.plugins.inventory import BaseInventoryPlugin
 from ansible.utils.display import Display
 
@@ -80,8 +80,8 @@ class InventoryModule(BaseInventoryPlugin):
         super().parse(inventory, loader, path, cache)
         self.set_options()
         try:
-            data = loader._get_file_contents(path)[0]  # pylint: disable=protected-access
-            hosts = parse_hostfile(to_text(data), path)
+            with open(to_bytes(path, errors="surrogate_or_strict"), "rb") as handle:
+                hosts = parse_hostfile(to_text(handle.read()), path)
         except HostfileError as exc:
             # Another enabled plugin (ini) may still parse the file after this
             # one fails, and Ansible then drops this error: the variable keeps

@@ -266,6 +266,8 @@ def main():
             result["changed"] = result["changed"] or bool(result["downloaded"])
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
+    for entry in entries:  # a reused lock does not record which entries are pins
+        entry["pinned"] = entry["name"] in pinned
     result["entries"] = entries
     result["added"] = [os.path.join(p["dest"], e["filename"]) for e in entries
                        if not os.path.isfile(os.path.join(p["wheelhouse"], e["filename"]))

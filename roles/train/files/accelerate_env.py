@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The environment `accelerate launch --config_file CONFIG` gives its ranks, computed by accelerate itself.

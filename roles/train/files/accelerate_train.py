@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Example job that uses Hugging Face accelerate, unchanged, under train.yml (torchrun launches the ranks).
