@@ -139,8 +139,8 @@ def changed_total(stdout):
 
 def run_role(workdir, names, proxy, args):
     cmd = role_play(workdir, names) + [
-           "-e", "wheel_distribute_dist_dir=" + args.dist_dir,
-           "-e", "wheel_distribute_wheelhouse=" + args.wheelhouse]
+        "-e", "wheel_distribute_dist_dir=" + args.dist_dir,
+        "-e", "wheel_distribute_wheelhouse=" + args.wheelhouse]
     if not args.full:
         cmd += ["--tags", "wheel_distribute_preflight,wheel_distribute_guard,wheel_distribute_copy"]
     env = dict(os.environ, DOCKER_HOST="unix://" + proxy.path, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),

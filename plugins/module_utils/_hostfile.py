@@ -49,7 +49,7 @@ def parse_hostfile(text, source):
                 continue
             entry[key] = int(value)
         if not bad and entry["slots"] and entry["max_slots"] and entry["max_slots"] < entry["slots"]:
-            problems.append("%s: %r: max_slots=%d < slots=%d" % (where, raw.strip(), entry["max_slots"],
+            problems.append("%s: %r: max_slots=%s < slots=%s" % (where, raw.strip(), entry["max_slots"],
                                                                  entry["slots"]))
             bad = True
         if host in seen:
@@ -64,4 +64,3 @@ def parse_hostfile(text, source):
     if not hosts:
         raise HostfileError("%s: no hosts; valid: one '<host> slots=<n>' per line" % source)
     return hosts
-

@@ -66,11 +66,14 @@ options:
     type: path
 attributes:
   check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
     support: partial
     details: Resolves and reports; writes neither wheels nor the lock.
   diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
   idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: The same inputs reuse the lock and the downloaded wheels (changed=false, no pip run).
 """

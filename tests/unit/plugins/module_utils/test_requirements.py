@@ -110,7 +110,7 @@ def test_unrecognised_pip_failure_keeps_its_errors():
 
 def test_lock_round_trip_and_digest():
     report = json.loads((REC / "ok.report.json").read_text())
-    entries, _ = reqs.report_entries(report, PINNED)
+    entries, _problems = reqs.report_entries(report, PINNED)
     parsed = _reqs("accelerate", "tabulate==0.9.0")
     digest = reqs.input_digest(parsed, PINNED, "3.11", [], "ab" * 32)
     text = reqs.lock_text(entries, digest)
