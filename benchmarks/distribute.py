@@ -119,7 +119,8 @@ def payload_bytes(dist_dir, wheelhouse):
     return sum(f.stat().st_size for f in files), len(files)
 
 
-def run_role(workdir, names, proxy, args):
+def role_play(workdir, names):
+    """Inventory of the containers (docker connection) and a play applying wheel_distribute: the command."""
     inventory = workdir / "inventory.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {n: {"ansible_connection": "community.docker.docker"}
                                                        for n in names}}}))
@@ -127,9 +128,19 @@ def run_role(workdir, names, proxy, args):
     playbook.write_text(json.dumps([{
         "name": "Benchmark wheel_distribute", "hosts": "all", "gather_facts": False,
         "roles": [{"role": "multinode.training.wheel_distribute"}]}]))
-    cmd = [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(playbook),
-           "-e", "wheel_distribute_dist_dir=" + args.dist_dir,
-           "-e", "wheel_distribute_wheelhouse=" + args.wheelhouse]
+    return [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+
+
+def changed_total(stdout):
+    """Sum of changed= over the recap lines of the benchmark's containers."""
+    recap = [line for line in stdout.splitlines() if line.startswith(PREFIX)]
+    return sum(int(part.split("=")[1]) for line in recap for part in line.split() if part.startswith("changed="))
+
+
+def run_role(workdir, names, proxy, args):
+    cmd = role_play(workdir, names) + [
+        "-e", "wheel_distribute_dist_dir=" + args.dist_dir,
+        "-e", "wheel_distribute_wheelhouse=" + args.wheelhouse]
     if not args.full:
         cmd += ["--tags", "wheel_distribute_preflight,wheel_distribute_guard,wheel_distribute_copy"]
     env = dict(os.environ, DOCKER_HOST="unix://" + proxy.path, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
@@ -141,9 +152,7 @@ def run_role(workdir, names, proxy, args):
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
         raise SystemExit("ansible-playbook failed (rc=%d) for %d nodes" % (result.returncode, len(names)))
-    recap = [line for line in result.stdout.splitlines() if line.startswith(PREFIX)]
-    changed = sum(int(part.split("=")[1]) for line in recap for part in line.split() if part.startswith("changed="))
-    return elapsed, proxy.sent, proxy.received, changed
+    return elapsed, proxy.sent, proxy.received, changed_total(result.stdout)
 
 
 def main():

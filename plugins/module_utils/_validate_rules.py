@@ -127,6 +127,13 @@ def _code_src(variable, value, values, ctx):
     return []
 
 
+def _controller_file(variable, value, values, ctx):
+    if not value or os.path.isfile(str(value)):
+        return []
+    return [Problem(variable, value, "no such file on the controller",
+                    "the path of a readable file on the controller, or empty")]
+
+
 def _cuda_arch(variable, value, values, ctx):
     text = str(value).strip()
     if text == "auto":
@@ -256,6 +263,9 @@ RULES = {
     "train_stop_grace": [_range(0)],
     "train_connect_timeout": [_range(1)],
     "train_code_src": [_code_src],
+    "train_requirements_file": [_controller_file],
+    "train_accelerate_config": [_controller_file],
+    "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
     # deepspeed_build
     "deepspeed_build_source": [_deepspeed_source],
@@ -278,6 +288,7 @@ RULES = {
     "wheel_distribute_index_url": [_pattern(r"^((https?|file)://\S+)?$", "empty (offline, --no-index) or an "
                                             "http(s):// or file:// URL")],
     "wheel_distribute_dist_dir": [_manifest],
+    "wheel_distribute_requirements_file": [_controller_file],
     # nccl_tuning
     "nccl_tuning_nccl_version": [_pattern(r"^(auto|v?[0-9]+\.[0-9]+(\.[0-9]+)?([+-].*)?)$",
                                           "auto or a version such as 2.18.6")],

@@ -1,0 +1,37 @@
+"""The hostfile inventory plugin as ansible-inventory runs it (the ansible.cfg of the repository)."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from tests.unit.conftest import FIXTURES, ROOT
+
+BIN = pathlib.Path(sys.executable).parent
+
+
+def _inventory(path):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+               ANSIBLE_COLLECTIONS_PATH=str(ROOT / ".collections"))
+    return subprocess.run([str(BIN / "ansible-inventory"), "-i", str(path), "--list"], cwd=str(ROOT), env=env,
+                          capture_output=True, text=True, check=False)
+
+
+def test_seed_hostfile_is_group_train_with_slots_as_nproc():
+    run = _inventory(FIXTURES / "hostfile" / "deepspeed_seed.hostfile")
+    assert run.returncode == 0, run.stderr
+    data = json.loads(run.stdout)
+    assert data["train"]["hosts"] == ["huaweiyun1", "huaweiyun2"]
+    assert data["_meta"]["hostvars"]["huaweiyun1"] == {"train_nproc_per_node": 8}
+
+
+def test_bad_hostfile_error_recorded_for_train_yml(tmp_path):
+    bad = tmp_path / "hostfile"
+    bad.write_text("w1 slots=2\nw1 slots=0\n")
+    run = _inventory(bad)
+    assert "%s line 2: 'w1 slots=0': slots=0" % bad in run.stderr
+    assert "duplicate host w1 (first at line 1)" in run.stderr
+    data = json.loads(run.stdout)
+    errors = data["_meta"]["hostvars"]["w1"]["multinode_training_inventory_errors"]
+    assert "line 2" in json.dumps(errors)
+    assert "train" not in data
