@@ -285,7 +285,7 @@ job_failed:
   returned: state is status and done
   type: bool
 node_results:
-  description: Per node - rc, duration, world size, ranks, failures (the torchrun module's RV(torchrun#module:ranks) and RV(torchrun#module:failures)).
+  description: Per node - rc, duration, world size, ranks, failures (as the torchrun module returns them for one node).
   returned: state is status and done
   type: dict
 root_cause:
