@@ -16,7 +16,8 @@ description:
     V(aistation) when C(NNODES) or C(MIN_NNODES)/C(MAX_NNODES) is set, V(sensecore) when C(WORLD_SIZE) is.
   - Returns the node count, the rendezvous endpoint, a rendezvous id that is the same in every container of one
     job (C(RDZV_ID) when set, else a hash of endpoint and node count) and whether this container hosts the
-    rendezvous store (node rank 0, when the platform gives a node rank).
+    rendezvous store (node rank 0 when the platform gives a node rank, else whether C(MASTER_ADDR) is one of its
+    addresses).
   - Fails naming the missing or invalid variable and listing the platform variables the container has.
 author:
   - multinode.training maintainers (@multinode)
@@ -75,7 +76,9 @@ nproc_per_node:
   returned: success
   type: str
 is_host:
-  description: Whether this container is node rank 0 (hosts the rendezvous store); null when the platform gives no rank.
+  description:
+    - Whether this container hosts the rendezvous store - node rank 0 where the platform gives a rank, else whether
+      C(MASTER_ADDR) is one of this container's addresses.
   returned: success
   type: bool
 variables:
@@ -85,6 +88,7 @@ variables:
 """
 
 import os
+import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -94,6 +98,24 @@ from ansible_collections.multinode.training.plugins.module_utils._platform_env i
     PlatformError,
     map_environment,
 )
+
+
+def owns_address(host):
+    """Whether MASTER_ADDR is an address of this container: binding to it only works where it is local."""
+    try:
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, _type, _proto, _name, sockaddr in infos:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((sockaddr[0], 0))
+            return True
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return False
 
 
 def main():
@@ -112,6 +134,9 @@ def main():
     except PlatformError as exc:
         module.fail_json(msg=str(exc), variables=dict(
             (name, environ[name]) for name in RELEVANT if environ.get(name)))
+    if mapped["is_host"] is None:
+        # No node rank from the platform: the container that owns MASTER_ADDR hosts the store.
+        mapped["is_host"] = owns_address(environ["MASTER_ADDR"])
     # The log directory of this container's share of the job: a job id is never reused on a node.
     mapped["job_id"] = "%s-%s" % (mapped["rdzv_id"], time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
     module.exit_json(changed=False, **mapped)
