@@ -163,6 +163,12 @@ options:
     description: Seconds between SIGTERM and SIGKILL on the nodes.
     type: int
     default: 15
+  follow:
+    description:
+      - With O(state=status), keep polling (every O(wait) seconds) until the job has left the queue, printing
+        its state, nodes and elapsed time on the controller after each poll (the action plugin does the loop).
+    type: bool
+    default: false
   wait:
     description: Seconds O(state=status) waits for the job to end before it returns the current state.
     type: int
@@ -176,6 +182,10 @@ options:
     type: int
     default: 30
 attributes:
+  action:
+    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
+    support: full
+    details: O(follow) is the action plugin's loop.
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
@@ -214,16 +224,15 @@ EXAMPLES = r"""
     timeout: 7200
   register: submitted
 
-- name: Wait (state, nodes, elapsed every 10 s)
+- name: Wait until it has left the queue (state, nodes, elapsed printed every 10 s)
   multinode.training.slurm_job:
     state: status
+    follow: true
+    wait: 10
     job_id: "{{ submitted.job_id }}"
     job_base: /shared/multinode-training/jobs
     timeout: 7200
   register: job
-  until: job.done
-  retries: 720
-  delay: 0
 
 - name: Cancel
   multinode.training.slurm_job:
@@ -613,6 +622,7 @@ def main():
             tee=dict(type="bool", default=False),
             timeout=dict(type="int", default=0),
             stop_grace=dict(type="int", default=15),
+            follow=dict(type="bool", default=False),
             wait=dict(type="int", default=10),
             controller_timeout=dict(type="int", default=120),
             tail_lines=dict(type="int", default=30),
