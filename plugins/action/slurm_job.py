@@ -4,8 +4,8 @@
 
 Each poll is one module call on the submit host (it waits up to ``wait`` seconds and touches the
 controller heartbeat the submit host's guard watches); between polls the controller prints the
-job's state, nodes and elapsed time. One task for any job length: no include recursion (it exhausts Python's stack after a few hundred polls), no retry
-messages.
+job's state, nodes and elapsed time. One task for any job length: no include recursion (which
+exhausts Python's stack after a few hundred polls), no retry messages.
 """
 from __future__ import annotations
 
