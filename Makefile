@@ -33,10 +33,11 @@ $(BIN)/molecule: requirements.txt requirements-test.txt
 venv: $(BIN)/ansible-playbook
 venv-test: $(BIN)/ansible-playbook $(BIN)/molecule
 
-## harness: a Docker engine, the molecule base images, the host wheelhouse.
+## harness: a Docker engine, the molecule base images (and the Slurm cluster image), the host wheelhouse.
 harness:
 	bash scripts/ensure_docker.sh
 	bash scripts/base_images.sh bookworm bullseye
+	bash scripts/slurm_image.sh
 	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh
 
 lint: venv-test

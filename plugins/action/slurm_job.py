@@ -1,0 +1,38 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action for multinode.training.slurm_job: with follow=true, poll the module until the job has left the queue.
+
+Each poll is one module call on the submit host (it waits up to ``wait`` seconds and touches the
+controller heartbeat the submit host's guard watches); between polls the controller prints the
+job's state, nodes and elapsed time. One task for any job length: no include recursion (which
+exhausts Python's stack after a few hundred polls), no retry messages.
+"""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
+
+display = Display()
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        args = dict(self._task.args)
+        follow = args.pop("follow", False)
+        module = "multinode.training.slurm_job"
+        if not (follow and args.get("state", "status") == "status"):
+            result.update(self._execute_module(module_name=module, module_args=args, task_vars=task_vars))
+            return result
+        host = task_vars.get("inventory_hostname") if task_vars else None
+        try:
+            while True:
+                polled = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
+                if polled.get("failed") or polled.get("done"):
+                    result.update(polled)
+                    return result
+                display.display("[%s] %s" % (host, polled.get("progress")))
+        finally:
+            self._remove_tmp_path(self._connection._shell.tmpdir)

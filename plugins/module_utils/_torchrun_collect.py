@@ -1,0 +1,126 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a torchrun job left in its job directory -> per-rank results and the root cause.
+
+Shared by the torchrun module (one node's ``<log_dir>/<job id>/``) and the slurm_job module (one
+directory per node under the Slurm job's directory, read on the submit host). The parsing and the
+root-cause choice are _torchrun's; this file only reads the files.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
+    is_peer_error,
+    parse_agent_log,
+    parse_error_file,
+    pick_root_cause,
+    rank_results,
+    summarize_failure,
+    tail,
+)
+
+
+def read_text(path):
+    try:
+        with open(path, "rb") as handle:
+            return handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return ""
+
+
+def read_json(path):
+    text = read_text(path)
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+def rank_dirs(job_dir):
+    """local rank -> directory of its latest attempt under ranks/<run>_<random>/attempt_<n>/<rank>/."""
+    found = {}
+    base = os.path.join(job_dir, "ranks")
+    for root, dirs, _files in os.walk(base):
+        name = os.path.basename(root)
+        if name.startswith("attempt_") and name[8:].isdigit():
+            attempt = int(name[8:])
+            for local in dirs:
+                if local.isdigit():
+                    key = int(local)
+                    if key not in found or found[key][0] < attempt:
+                        found[key] = (attempt, os.path.join(root, local))
+    return {key: value[1] for key, value in found.items()}
+
+
+def _time_of(entry, error_file):
+    if error_file and os.path.exists(error_file):
+        return os.path.getmtime(error_file)
+    if entry.get("time"):
+        try:
+            return time.mktime(time.strptime(entry["time"], "%Y-%m-%d_%H:%M:%S"))
+        except ValueError:
+            return None
+    return None
+
+
+def collect(job_dir, job, result_data, tail_lines, host):
+    """Everything the job left behind on one node (``host``) -> return values."""
+    agent_log = read_text(os.path.join(job_dir, "torchrun.log"))
+    parsed = parse_agent_log(agent_log)
+    dirs = rank_dirs(job_dir)
+    rc = result_data.get("rc") if result_data else None
+    failures = []
+    for entry in ([parsed["root_cause"]] if parsed["root_cause"] else []) + parsed["failures"]:
+        local = entry.get("local_rank")
+        error_file = entry.get("error_file")
+        if local is not None and local in dirs and not error_file:
+            candidate = os.path.join(dirs[local], "error.json")
+            error_file = candidate if os.path.exists(candidate) else None
+        info = dict(entry, error_file=error_file)
+        if error_file:
+            recorded = read_json(error_file)
+            if recorded:
+                parsed_error = parse_error_file(recorded)
+                info["message"] = parsed_error["message"] or info.get("message")
+        info["timestamp"] = _time_of(entry, error_file)
+        info["peer"] = is_peer_error(info.get("message"), info.get("exitcode"))
+        if not any(f["rank"] == info["rank"] and f["local_rank"] == info["local_rank"] for f in failures):
+            failures.append(info)
+    rendezvous = parsed["rendezvous"] or {}
+    local_ranks = rendezvous.get("local_ranks") or sorted(dirs) or list(range(job.get("nproc_per_node", 0)))
+    ranks = rank_results(local_ranks, rendezvous.get("global_ranks") or [], failures, rc)
+    for entry in ranks:
+        directory = dirs.get(entry["local_rank"])
+        entry["stdout"] = os.path.join(directory, "stdout.log") if directory else None
+        entry["stderr"] = os.path.join(directory, "stderr.log") if directory else None
+    out = {
+        "rc": rc,
+        "duration": round(result_data["end"] - result_data["start"], 3) if result_data else None,
+        "world_size": rendezvous.get("world_size"),
+        "group_rank": rendezvous.get("group_rank"),
+        "ranks": ranks,
+        "failures": failures,
+        "timed_out": bool(result_data and result_data.get("timed_out")),
+        "stopped": bool(result_data and result_data.get("stopped")),
+        "leftovers_killed": (result_data or {}).get("leftovers_killed", []),
+    }
+    if rc != 0:
+        root = pick_root_cause(failures)
+        out["root_cause"] = root
+        out["root_cause_line"] = summarize_failure(host, root)
+        log_text = ""
+        if root and root.get("local_rank") in dirs:
+            directory = dirs[root["local_rank"]]
+            log_text = read_text(os.path.join(directory, "stderr.log")).strip() or \
+                read_text(os.path.join(directory, "stdout.log"))
+        if not root:
+            recorded = read_json(os.path.join(job_dir, "torchrun_error.json"))
+            if recorded:
+                out["root_cause_line"] += ": " + str(parse_error_file(recorded)["message"])
+        out["log_tail"] = tail(log_text or agent_log, tail_lines)
+    return out

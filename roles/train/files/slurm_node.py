@@ -1,0 +1,312 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The per-node side of a Slurm job launched by multinode.training (train_launcher=slurm).
+
+The batch script that module slurm_job renders calls it three times (see
+plugins/module_utils/_slurm.py):
+
+  srun ... python3 slurm_node.py preflight JOB_DIR --python P --interface I [--script S]
+      on every node: record python/torch/DeepSpeed/ops (env_probe.py run by P), the
+      script's sha256 and this node's address on I in JOB_DIR/preflight/<node>.json
+  python3 slurm_node.py check JOB_DIR NODE...
+      on the batch host: every node recorded the same environment as the first one, the
+      first one has an address; prints that address, or fails naming the node
+  python3 slurm_node.py guard JOB_ID --heartbeat F --stale N --log L
+      on the submit host, started by module slurm_job: scancel the job when the controller
+      stops polling
+  srun ... P slurm_node.py run JOB_DIR --first NODE ... -- TORCHRUN ARGV...
+      on every node: torchrun under the torchrun module's supervisor (supervisor.py, which
+      records result.json and kills leftovers carrying the job marker) with this node's
+      address (--local_addr), its log directory (--log_dir JOB_DIR/<node>/ranks) and
+      is_host on the first node, given through torchrun's PET_* variables; exits with
+      torchrun's status, so that srun --kill-on-bad-exit ends the step on every node.
+
+It runs on the nodes with their python (3.9+), standard library only, next to env_probe.py,
+supervisor.py and _torchrun.py in the same directory (the train role puts them there).
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SIOCGIFADDR = 0x8915
+
+
+def node_name():
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+
+
+def default_interface(route_text):
+    """/proc/net/route -> the interface of the default IPv4 route ('' when none)."""
+    for line in route_text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 2 and fields[1] == "00000000":
+            return fields[0]
+    return ""
+
+
+def ipv6_global(if_inet6_text, interface):
+    """/proc/net/if_inet6 -> the interface's first global (scope 00) IPv6 address, or ''."""
+    for line in if_inet6_text.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[5] == interface and fields[3] == "00":
+            raw = fields[0]
+            return socket.inet_ntop(socket.AF_INET6, bytes.fromhex(raw))
+    return ""
+
+
+def _read(path):
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def interfaces():
+    return sorted(name for _index, name in socket.if_nameindex())
+
+
+def address(interface, ip_version):
+    """This node's address on the interface (empty: the default route's interface), or ''."""
+    interface = interface or default_interface(_read("/proc/net/route"))
+    if not interface:
+        return interface, ""
+    if int(ip_version) == 6:
+        return interface, ipv6_global(_read("/proc/net/if_inet6"), interface)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        request = struct.pack("256s", interface.encode()[:15])
+        reply = fcntl.ioctl(sock.fileno(), SIOCGIFADDR, request)
+        return interface, socket.inet_ntoa(reply[20:24])
+    except OSError:
+        return interface, ""
+    finally:
+        sock.close()
+
+
+def sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_json(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.rename(tmp, path)
+
+
+# ------------------------------------------------------------------ preflight
+
+def preflight(opts):
+    node = node_name()
+    record = {"node": node, "python": opts.python, "interface": opts.interface, "ip_version": opts.ip_version}
+    record["used_interface"], record["address"] = address(opts.interface, opts.ip_version)
+    record["interfaces"] = interfaces()
+    if not os.access(opts.python, os.X_OK):
+        record["error"] = "train_python=%s is missing (train_venv: prepare the nodes, or a venv on " \
+                          "storage every node mounts)" % opts.python
+    else:
+        probe = subprocess.run([opts.python, os.path.join(HERE, "env_probe.py")], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, universal_newlines=True, check=False)
+        try:
+            record["environment"] = json.loads(probe.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            record["error"] = "train_python=%s cannot run the environment probe: %s" % (
+                opts.python, probe.stdout.strip()[-300:])
+    if opts.script:
+        record["script_sha256"] = sha256(opts.script) if os.path.isfile(opts.script) else None
+    directory = os.path.join(opts.job_dir, "preflight")
+    os.makedirs(directory, exist_ok=True)
+    write_json(os.path.join(directory, node + ".json"), record)
+    return 0
+
+
+def compare(records, nodes):
+    """Preflight records of every node -> list of errors naming the node (empty: all the same)."""
+    errors = []
+    first = nodes[0]
+    base = records.get(first) or {}
+    for node in nodes:
+        rec = records.get(node)
+        if rec is None:
+            errors.append("%s: no preflight record (the preflight step did not run there)" % node)
+            continue
+        if rec.get("error"):
+            errors.append("%s: %s" % (node, rec["error"]))
+            continue
+        if not rec.get("address"):
+            errors.append("%s: no IPv%s address on train_interface=%s (used: %s); valid: one of %s"
+                          % (node, rec.get("ip_version", 4), json.dumps(rec.get("interface")),
+                             rec.get("used_interface") or "none", ", ".join(rec.get("interfaces") or [])))
+        if node != first and base.get("environment") and rec.get("environment") != base.get("environment"):
+            errors.append("%s: environment %s differs from %s's %s; valid: the same python, torch, DeepSpeed "
+                          "and ops on all nodes" % (node, json.dumps(rec.get("environment"), sort_keys=True),
+                                                    first, json.dumps(base["environment"], sort_keys=True)))
+        if "script_sha256" in rec:
+            if rec["script_sha256"] is None:
+                errors.append("%s: train_script does not exist there" % node)
+            elif node != first and rec["script_sha256"] != base.get("script_sha256"):
+                errors.append("%s: train_script has sha256 %s, %s has %s; valid: the same file on all nodes"
+                              % (node, rec["script_sha256"], first, base.get("script_sha256")))
+    return errors
+
+
+def check(opts):
+    records = {}
+    for node in opts.nodes:
+        path = os.path.join(opts.job_dir, "preflight", node + ".json")
+        if os.path.exists(path):
+            with open(path) as handle:
+                records[node] = json.load(handle)
+    errors = compare(records, opts.nodes)
+    first = records.get(opts.nodes[0]) or {}
+    addr = first.get("address") or ""
+    write_json(os.path.join(opts.job_dir, "preflight.json"),
+               {"nodes": opts.nodes, "errors": errors, "rdzv_addr": addr, "records": records})
+    if errors:
+        for line in errors:
+            sys.stderr.write("multinode.training preflight: %s\n" % line)
+        return 3
+    sys.stdout.write(("[%s]" % addr if ":" in addr else addr) + "\n")
+    return 0
+
+
+# ------------------------------------------------------------------ run
+
+def run(opts):
+    sys.path.insert(0, HERE)
+    from _torchrun import JOB_DIR_ENV, JOB_ENV, parse_env_file  # pylint: disable=import-error
+
+    node = node_name()
+    job_id = "slurm-%s" % os.environ.get("SLURM_JOB_ID", "0")
+    node_dir = os.path.join(opts.job_dir, node)
+    os.makedirs(os.path.join(node_dir, "ranks"), exist_ok=True)
+    env = dict(os.environ)
+    for path in opts.env_file:
+        env.update(parse_env_file(_read(path), path))
+    _iface, addr = address(opts.interface, opts.ip_version)
+    conf = [item for item in (opts.rdzv_conf or "").split(",") if item]
+    conf.append("is_host=%s" % ("true" if node == opts.first else "false"))
+    env.update({
+        JOB_ENV: job_id, JOB_DIR_ENV: node_dir,
+        "TORCHELASTIC_ERROR_FILE": os.path.join(node_dir, "torchrun_error.json"),
+        "PET_LOG_DIR": os.path.join(node_dir, "ranks"), "PET_REDIRECTS": "3",
+        "PET_RDZV_CONF": ",".join(conf),
+    })
+    env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(node_dir, "torch_extensions"))
+    if addr:
+        env["PET_LOCAL_ADDR"] = addr
+    if opts.tee:
+        env["PET_TEE"] = "3"
+    env.setdefault("LOGLEVEL", "INFO")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    argv = opts.argv
+    if not argv:
+        sys.stderr.write("slurm_node.py run: no command after --\n")
+        return 2
+    write_json(os.path.join(node_dir, "job.json"),
+               {"job_id": job_id, "host": node, "cmd": argv, "local_addr": addr, "start": time.time(),
+                "is_host": node == opts.first})
+    # Slurm signals every process of the step: the supervisor records the stop, this waits for it.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    supervisor = [sys.executable, os.path.join(HERE, "supervisor.py"), node_dir, job_id, str(opts.timeout),
+                  str(opts.stop_grace), opts.chdir or node_dir, "--"] + argv
+    with open(os.path.join(node_dir, "torchrun.log"), "ab") as log:
+        rc = subprocess.call(supervisor, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (
+                                 signal.SIGTERM, signal.SIGINT, signal.SIGHUP)])
+    result = {}
+    try:
+        with open(os.path.join(node_dir, "result.json")) as handle:
+            result = json.load(handle)
+    except (OSError, ValueError):
+        pass
+    code = result.get("rc", rc)
+    sys.stdout.write("multinode.training: %s torchrun rc %s\n" % (node, code))
+    return 0 if code == 0 else (code if isinstance(code, int) and 0 < code < 256 else 1)
+
+
+# ------------------------------------------------------------------ guard (submit host)
+
+def guard(opts):
+    """Cancel the job when the controller stops polling (Ctrl-C, lost connection): module slurm_job
+    touches HEARTBEAT at every poll; once it is older than --stale seconds the job is scancel'ed,
+    queued or running. Ends when the job has left the queue."""
+    def log(text):
+        with open(opts.log, "a") as handle:
+            handle.write("%s %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), text))
+    while True:
+        queued = subprocess.run(["squeue", "-h", "-j", opts.job_id, "-o", "%T"], stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, universal_newlines=True, check=False)
+        state = queued.stdout.strip()
+        if queued.returncode == 0 and not state:
+            return 0
+        try:
+            silent = time.time() - os.path.getmtime(opts.heartbeat)
+        except OSError:
+            silent = opts.stale + 1
+        if silent > opts.stale:
+            log("controller silent for %ds (job %s %s): scancel" % (silent, opts.job_id, state or "?"))
+            subprocess.run(["scancel", opts.job_id], check=False)
+            return 0
+        time.sleep(2)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command")
+    sub.required = True
+    pre = sub.add_parser("preflight")
+    pre.add_argument("job_dir")
+    pre.add_argument("--python", required=True)
+    pre.add_argument("--interface", default="")
+    pre.add_argument("--ip-version", type=int, default=4, choices=(4, 6))
+    pre.add_argument("--script")
+    chk = sub.add_parser("check")
+    chk.add_argument("job_dir")
+    chk.add_argument("nodes", nargs="+")
+    rn = sub.add_parser("run")
+    rn.add_argument("job_dir")
+    rn.add_argument("--first", required=True)
+    rn.add_argument("--interface", default="")
+    rn.add_argument("--ip-version", type=int, default=4, choices=(4, 6))
+    rn.add_argument("--timeout", type=int, default=0)
+    rn.add_argument("--stop-grace", type=int, default=15)
+    rn.add_argument("--rdzv-conf", default="")
+    rn.add_argument("--env-file", action="append", default=[])
+    rn.add_argument("--chdir")
+    rn.add_argument("--tee", action="store_true")
+    grd = sub.add_parser("guard")
+    grd.add_argument("job_id")
+    grd.add_argument("--heartbeat", required=True)
+    grd.add_argument("--stale", type=int, required=True)
+    grd.add_argument("--log", required=True)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command = argv[argv.index("--") + 1:] if "--" in argv else []
+    opts = parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    opts.argv = command
+    return {"preflight": preflight, "check": check, "run": run, "guard": guard}[opts.command](opts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

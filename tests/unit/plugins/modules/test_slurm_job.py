@@ -1,0 +1,60 @@
+"""slurm_job's reading of a finished job: every node's directory through the torchrun module's code
+(module_utils/_torchrun_collect.py), then one root cause across the nodes.
+
+The node directories are laid out as slurm_node.py leaves them on the shared storage, holding the
+two recorded torchrun agent logs of tests/fixtures/torchrun (a 4-rank job, rank 3 failing at step 2;
+the other node's ranks dying of it).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from ansible_collections.multinode.training.plugins.modules import slurm_job
+from tests.unit.conftest import FIXTURES
+
+
+class FakeModule:
+    def __init__(self, **params):
+        self.params = params
+
+
+def node_dir(job_dir, node, agent_log, rc):
+    directory = job_dir / node
+    (directory / "ranks").mkdir(parents=True)
+    (directory / "torchrun.log").write_text((FIXTURES / "torchrun" / agent_log).read_text())
+    (directory / "job.json").write_text(json.dumps({"job_id": "slurm-7", "host": node}))
+    (directory / "result.json").write_text(json.dumps({"rc": rc, "start": 100.0, "end": 160.5}))
+
+
+def test_results_name_the_first_hand_failure_across_nodes(tmp_path):
+    base = tmp_path / "jobs"
+    job_dir = base / "7"
+    job_dir.mkdir(parents=True)
+    node_dir(job_dir, "n1", "agent_2node_node0_peer_failures.log", 1)
+    node_dir(job_dir, "n2", "agent_2node_node1_root_cause.log", 1)
+    (base / "slurm-7.out").write_text("srun: error: n2: task 1: Exited with exit code 1\n")
+    (job_dir / "submit.json").write_text(json.dumps({"submitted": time.time() - 30}))
+    module = FakeModule(job_base=str(base), tail_lines=5)
+    out = slurm_job.results(module, "7", str(job_dir), {"state": "FAILED", "nodes": "n[1-2]"}, time.time())
+    assert out["job_failed"] is True
+    assert out["nodes"] == ["n1", "n2"]
+    assert out["world_size"] == 4
+    assert out["root_cause"]["node"] == "n2"
+    assert out["root_cause_line"] == \
+        "rank 3 (local_rank 1) on n2 exited 1: RuntimeError: injected failure on rank 3 at step 2"
+    assert [r["rank"] for r in out["node_results"]["n2"]["ranks"]] == [2, 3]
+    assert (job_dir / "batch.log").exists() and not (base / "slurm-7.out").exists()
+    assert out["lines"][-1].startswith("root cause: rank 3 (local_rank 1) on n2")
+
+
+def test_results_report_the_preflight_when_no_rank_ran(tmp_path):
+    base = tmp_path / "jobs"
+    job_dir = base / "8"
+    job_dir.mkdir(parents=True)
+    (job_dir / "preflight.json").write_text(json.dumps(
+        {"errors": ["n2: train_python=/x/bin/python is missing"]}))
+    out = slurm_job.results(FakeModule(job_base=str(base), tail_lines=5), "8", str(job_dir),
+                            {"state": "FAILED", "nodes": "n[1-2]"}, time.time())
+    assert out["job_failed"] is True
+    assert out["root_cause_line"] == "preflight: n2: train_python=/x/bin/python is missing"
