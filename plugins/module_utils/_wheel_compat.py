@@ -245,8 +245,8 @@ def gpu_findings(manifest, gpus, node):
                 problems.append(
                     "%s: wheel's ops are compiled for CUDA arch list %r, %s (%s) %s compute "
                     "capability %d.%d, not covered (no SASS of the same major with a lower or equal "
-                    "minor, no +PTX of a lower or equal arch)" % (node, arch_list, label, gpu["name"], _has(label),
-                                                                   cap[0], cap[1]))
+                    "minor, no +PTX of a lower or equal arch)" % (
+                        node, arch_list, label, gpu["name"], _has(label), cap[0], cap[1]))
             continue
         for op in gpu_ops:
             found = _fatbin.gpu_covered(op["cuda"], cap)
