@@ -146,13 +146,19 @@ def run_role(workdir, names, proxy, args):
     env = dict(os.environ, DOCKER_HOST="unix://" + proxy.path, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                ANSIBLE_NOCOLOR="1", PATH=str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""))
     proxy.reset()
+    elapsed, stdout = run_playbook(cmd, env, len(names))
+    return elapsed, proxy.sent, proxy.received, changed_total(stdout)
+
+
+def run_playbook(cmd, env, nodes):
+    """Run one ansible-playbook command from the repository root: (seconds, stdout); exit on failure."""
     start = time.monotonic()
     result = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, check=False)
     elapsed = time.monotonic() - start
     if result.returncode != 0:
         sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
-        raise SystemExit("ansible-playbook failed (rc=%d) for %d nodes" % (result.returncode, len(names)))
-    return elapsed, proxy.sent, proxy.received, changed_total(result.stdout)
+        raise SystemExit("ansible-playbook failed (rc=%d) for %d nodes" % (result.returncode, nodes))
+    return elapsed, result.stdout
 
 
 def main():

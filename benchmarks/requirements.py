@@ -30,10 +30,8 @@ import os
 import pathlib
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import distribute  # noqa: E402  pylint: disable=wrong-import-position
@@ -60,14 +58,9 @@ def run_role(workdir, names, dist, wheelhouse, requirements):
                ANSIBLE_CALLBACKS_ENABLED="ansible.posix.profile_tasks", PROFILE_TASKS_SORT_ORDER="none",
                PROFILE_TASKS_TASK_OUTPUT_LIMIT="all",
                PATH=str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""))
-    start = time.monotonic()
-    result = subprocess.run(cmd, cwd=str(ROOT), env=env, capture_output=True, text=True, check=False)
-    elapsed = time.monotonic() - start
-    if result.returncode != 0:
-        sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
-        raise SystemExit("ansible-playbook failed (rc=%d) for %d nodes" % (result.returncode, len(names)))
-    changed = distribute.changed_total(result.stdout)
-    resolve = re.search(r"resolve and lock the job requirements \(controller\) -+ (\d+\.\d+)s", result.stdout)
+    elapsed, stdout = distribute.run_playbook(cmd, env, len(names))
+    changed = distribute.changed_total(stdout)
+    resolve = re.search(r"resolve and lock the job requirements \(controller\) -+ (\d+\.\d+)s", stdout)
     return elapsed, changed, float(resolve.group(1)) if resolve else 0.0
 
 
