@@ -75,7 +75,9 @@ def _scalar_items(variable, value, values, ctx):
 def _nnodes(variable, value, values, ctx):
     text = str(value).strip()
     match = re.match(r"^([0-9]+)(?::([0-9]+))?$", text)
-    hosts = ctx.get("hosts") or []
+    # With train_launcher=slurm or env the nodes are not the play's hosts: Slurm's partition
+    # (checked with sinfo before sbatch) or the platform's node count decide.
+    hosts = (ctx.get("hosts") or []) if str(values.get("train_launcher", "ssh")) == "ssh" else []
     count = len(hosts)
     if text == "":
         return []

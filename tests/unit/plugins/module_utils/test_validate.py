@@ -349,3 +349,16 @@ def test_missing_manifest_names_the_variable_that_points_at_it(tmp_path):
 ])
 def test_tags_selected_like_ansible(tags, only, skip, selected):
     assert v.tags_selected(tags, only, skip) is selected
+
+
+@pytest.mark.parametrize("launcher, expected", [
+    ("ssh", ['train_nnodes="3": does not fit the 2 host(s) of the play (a, b); valid: 2 (the hosts of the play), '
+             'or MIN:MAX with 1 <= MIN <= 2 <= MAX']),
+    # Slurm's partition (sinfo, before sbatch) and the platform decide the node count there.
+    ("slurm", []),
+    ("env", []),
+])
+def test_nnodes_against_the_play_hosts_only_for_the_ssh_launcher(launcher, expected):
+    values = {k: val for k, val in _defaults().items() if "{{" not in str(val)}
+    values.update(train_nnodes="3", train_launcher=launcher)
+    assert lines(v.validate(_specs(), values, r.RULES, {"hosts": ["a", "b"]}, r.MAY_BE_EMPTY)) == expected
