@@ -166,3 +166,33 @@ with open(tmp, "w") as handle:
     json.dump(result, handle)
 os.rename(tmp, os.path.join(job_dir, "result.json"))
 '''
+
+
+# The firewall keeper guards a job's rendezvous port while its supervisor lives: it runs
+# as root (nft needs it; it runs no code of the job and carries no job marker), renews
+# the guard's timeout every ttl/3 seconds and deletes the job's table once the
+# supervisor is gone or result.json exists. Were it killed, the guard expires after ttl
+# seconds and the port is as open as before the job. Runs as
+# `python -c KEEPER_SOURCE nft supervisor_pid result_file ttl refresh_script delete_script`.
+KEEPER_SOURCE = r'''
+import os, subprocess, sys, time
+nft, pid, result_file, ttl = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
+refresh, delete = sys.argv[5].encode(), sys.argv[6].encode()
+def alive():
+    if os.path.exists(result_file):
+        return False
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            return handle.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (IOError, OSError, IndexError):
+        return False
+last = time.time()
+while alive():
+    if time.time() - last >= max(1.0, ttl / 3.0):
+        if subprocess.run([nft, "-f", "-"], input=refresh, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode != 0:
+            break
+        last = time.time()
+    time.sleep(0.5)
+subprocess.run([nft, "-f", "-"], input=delete, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+'''

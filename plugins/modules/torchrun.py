@@ -149,6 +149,33 @@ options:
     description: Lines of the failing rank's log returned in RV(log_tail).
     type: int
     default: 30
+  user:
+    description:
+      - Account that runs the supervisor, torchrun and the ranks. When it is not the module's own user,
+        the module must run as root (become); the job's processes get the account's uid, primary group
+        (or O(group)) and supplementary groups (for example C(video)/C(render) for the GPUs), its C(HOME),
+        C(USER) and C(LOGNAME), and umask C(027).
+      - The job directory and its files are owned by it, mode C(0750)/C(0640).
+      - Unset - the module's own user.
+    type: str
+  group:
+    description: Primary group for O(user); unset - the account's own primary group.
+    type: str
+  firewall_allow:
+    description:
+      - When not empty, this node (the rendezvous store host) lets only these addresses (and loopback)
+        connect to the rendezvous port while the job runs; any other source gets a TCP reset.
+      - The rule is an nftables table of its own per job (C(inet mt_<job>_<hash>)); a root keeper
+        process deletes it when the job's supervisor ends, O(state=stopped) deletes it too, and its
+        guard expires after O(firewall_ttl) seconds unless the keeper renews it, so a killed keeper does
+        not leave the port closed. Needs C(nft) and root.
+    type: list
+    elements: str
+    default: []
+  firewall_ttl:
+    description: Seconds the guard lives without renewal by the keeper (renewed every third of it).
+    type: int
+    default: 60
   exit_barrier_grace:
     description:
       - Seconds to wait, after all ranks on this node succeeded, for torchrun's exit barrier (it waits
@@ -323,6 +350,16 @@ killed:
   returned: state is stopped
   type: list
   elements: int
+user:
+  description: Account that runs the job's processes.
+  returned: when a job was started or found
+  type: str
+  sample: mtrain
+firewall_table:
+  description: nftables table that guards the rendezvous port on this node; null when there is none.
+  returned: when a job was started or found, and state is stopped
+  type: str
+  sample: mt_verify_abc_1a2b3c4d
 survivors:
   description: Processes of the job still alive after stopping (the module fails when there are any).
   returned: state is stopped
@@ -330,8 +367,10 @@ survivors:
   elements: dict
 """
 
+import grp
 import json
 import os
+import pwd
 import socket
 import sys
 import time
@@ -357,7 +396,17 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_colle
     read_text,
     collect,
 )
+from ansible_collections.multinode.training.plugins.module_utils._train_security import (
+    SecurityError,
+    job_tables,
+    parse_tables,
+    render_delete,
+    render_refresh,
+    render_table,
+    table_name,
+)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import (
+    KEEPER_SOURCE,
     SUPERVISOR_SOURCE,
     describe,
     find_job_processes,
@@ -463,6 +512,10 @@ def main():
             stop_grace=dict(type="int", default=15),
             tail_lines=dict(type="int", default=30),
             exit_barrier_grace=dict(type="int", default=30),
+            user=dict(type="str"),
+            group=dict(type="str"),
+            firewall_allow=dict(type="list", elements="str", default=[]),
+            firewall_ttl=dict(type="int", default=60),
         ),
         mutually_exclusive=[("script", "module")],
         supports_check_mode=True,
@@ -488,14 +541,15 @@ def main():
         pids = find_job_processes(job_id, job_dir=job_dir)
         result["cmd"] = job.get("cmd") if job else None
         if module.check_mode:
-            result.update(changed=bool(pids), killed=pids, survivors=[])
+            result.update(changed=bool(pids), killed=pids, survivors=[], firewall_table=None)
             module.exit_json(**result)
         killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
+        result["firewall_table"] = remove_firewall(module, job_id)
         if job and not os.path.exists(os.path.join(job_dir, "result.json")):
             _write_json(os.path.join(job_dir, "result.json"),
                         {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
                          "stopped": True, "leftovers_killed": killed})
-        result.update(changed=bool(killed), killed=killed, survivors=describe(survivors), stopped=bool(killed))
+        result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed, survivors=describe(survivors), stopped=bool(killed))
         if survivors:
             module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
                                  % (job_id, len(survivors), host, describe(survivors)), **result)
@@ -516,7 +570,8 @@ def main():
         module.fail_json(msg="job id %s was used before on %s (%s): rendezvous ids must not be reused, "
                              "pick a new one" % (job_id, host, job_dir), **result)
     result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
-                  nproc_per_node=job.get("nproc_per_node"))
+                  nproc_per_node=job.get("nproc_per_node"), user=job.get("user"),
+                  firewall_table=job.get("firewall_table"))
     if "gpu_count" in job:
         result["gpu_count"] = job["gpu_count"]
     if module.check_mode or p["state"] == "started":
@@ -551,34 +606,153 @@ def start(module, job_id, job_dir, job_file, secrets, result, host):
         argv = build_argv(python, opts)
     except TorchrunError as exc:
         module.fail_json(msg="%s (on %s)" % (exc, host), **result)
+    account = resolve_account(module, host, result)
     env = build_env(module, job_id, job_dir, secrets)
     for value in secrets:
         module.no_log_values.add(value)
+    if account:
+        env.update(HOME=account["home"], USER=account["name"], LOGNAME=account["name"])
     masked = mask(argv, secrets)
     job = {"job_id": job_id, "cmd": masked, "nproc_per_node": nproc, "timeout": p["timeout"],
-           "stop_grace": p["stop_grace"], "host": host}
+           "stop_grace": p["stop_grace"], "host": host,
+           "user": account["name"] if account else pwd.getpwuid(os.geteuid()).pw_name}
     if gpus is not None:
         job["gpu_count"] = gpus
+    nft = None
+    if p["firewall_allow"]:
+        nft = module.get_bin_path("nft")
+        if not nft or os.geteuid() != 0:
+            module.fail_json(msg="firewall_allow (train_firewall) on %s: needs nft (package nftables) and root; "
+                                 "found nft=%s, uid %d" % (host, nft, os.geteuid()), **result)
+        job["firewall_table"] = table_name(job_id)
     if module.check_mode:
         return job
+    if nft:
+        port = int(argv[argv.index("--rdzv_endpoint") + 1].rsplit(":", 1)[1]) if "--rdzv_endpoint" in argv else None
+        try:
+            script = render_table(job["firewall_table"], port, p["firewall_allow"], p["firewall_ttl"])
+        except (SecurityError, TypeError) as exc:
+            module.fail_json(msg="firewall_allow on %s: %s (rdzv_endpoint %s)" % (host, exc, p["rdzv_endpoint"]),
+                             **result)
+        rc, _out, err = module.run_command([nft, "-f", "-"], data=script, binary_data=True)
+        if rc != 0:
+            module.fail_json(msg="train_firewall on %s: nft refused the rule: %s" % (host, err.strip()), **result)
     try:
         os.makedirs(job_dir)
     except OSError as exc:
+        remove_firewall(module, job_id)
         module.fail_json(msg="cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc),
                          **result)
-    # Detached on purpose (run_command waits): the supervisor leads a new session, stdin is
-    # /dev/null, stdout and stderr go to torchrun.log; it outlives this module.
-    supervisor = [sys.executable, "-c", SUPERVISOR_SOURCE, job_dir, job_id, str(p["timeout"]),
-                  str(p["stop_grace"]), chdir or job_dir, "--"] + argv
+    os.chmod(job_dir, 0o750)
     log = os.path.join(job_dir, "torchrun.log")
-    pid = os.posix_spawn(sys.executable, supervisor, env, setsid=True, file_actions=[
-        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-        (os.POSIX_SPAWN_DUP2, 1, 2),
-    ])
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    if account:
+        for path in (job_dir, log):
+            os.chown(path, account["uid"], account["gid"])
+    # Detached on purpose (run_command waits): the supervisor leads a new session as the job's
+    # user, stdin is /dev/null, stdout and stderr go to torchrun.log; it outlives this module.
+    # The job's python runs the supervisor: the account can run it (preflight checks that), the
+    # module's own interpreter may lie where it cannot.
+    supervisor = [python, "-c", SUPERVISOR_SOURCE, job_dir, job_id, str(p["timeout"]),
+                  str(p["stop_grace"]), chdir or job_dir, "--"] + argv
+    try:
+        pid = spawn(supervisor, env, log_fd, account)
+    except OSError as exc:
+        remove_firewall(module, job_id)
+        module.fail_json(msg="cannot start the job on %s as %s: %s" % (host, job["user"], exc), **result)
+    finally:
+        os.close(log_fd)
     job.update(pid=pid, pgid=pid, start=time.time())
     _write_json(job_file, job)
+    os.chmod(job_file, 0o640)
+    if account:
+        os.chown(job_file, account["uid"], account["gid"])
+    if nft:
+        with open(os.devnull, "wb") as null:
+            spawn([sys.executable, "-c", KEEPER_SOURCE, nft, str(pid), os.path.join(job_dir, "result.json"),
+                   str(p["firewall_ttl"]), render_refresh(job["firewall_table"], port, p["firewall_ttl"]),
+                   render_delete(job["firewall_table"])],
+                  {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, null.fileno(), None)
     return job
+
+
+def spawn(argv, env, out_fd, account, umask=0o027):
+    """Start argv detached: new session, stdin /dev/null, stdout+stderr to out_fd, as ``account``
+    (uid, gid, supplementary groups) when given, umask 027; returns its pid. Nobody waits for it."""
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only async-signal-safe work until exec
+        try:
+            os.close(err_r)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            os.set_inheritable(err_w, False)
+            os.closerange(3, err_w)
+            os.closerange(err_w + 1, 65536)
+            if account:
+                os.setgroups(account["groups"])
+                os.setgid(account["gid"])
+                os.setuid(account["uid"])
+            os.umask(umask)
+            os.execve(argv[0], argv, env)
+        except OSError as exc:
+            os.write(err_w, str(exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    # The pipe closes on exec (close-on-exec); anything written means the child never got there.
+    message = os.read(err_r, 4096)
+    os.close(err_r)
+    if message:
+        os.waitpid(pid, 0)
+        raise OSError(message.decode("utf-8", "replace"))
+    return pid
+
+
+def resolve_account(module, host, result):
+    """O(user)/O(group) -> uid, gid, supplementary groups and home; None when the job runs as the module's user."""
+    p = module.params
+    if not p["user"]:
+        return None
+    try:
+        entry = pwd.getpwnam(p["user"])
+    except KeyError:
+        module.fail_json(msg="user=%s (train_user) does not exist on %s" % (p["user"], host), **result)
+    gid = entry.pw_gid
+    if p["group"]:
+        try:
+            gid = grp.getgrnam(p["group"]).gr_gid
+        except KeyError:
+            module.fail_json(msg="group=%s (train_group) does not exist on %s" % (p["group"], host), **result)
+    if entry.pw_uid == os.geteuid() and gid == os.getegid():
+        return None
+    if os.geteuid() != 0:
+        module.fail_json(msg="user=%s (train_user) on %s: the module runs as uid %d and cannot switch; run it "
+                             "with become" % (p["user"], host, os.geteuid()), **result)
+    groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
+    return {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups, "home": entry.pw_dir}
+
+
+def remove_firewall(module, job_id):
+    """Delete the job's nftables table when it exists; its name, or None."""
+    nft = module.get_bin_path("nft")
+    if not nft or os.geteuid() != 0:
+        return None
+    rc, out, _err = module.run_command([nft, "-j", "list", "tables"])
+    try:
+        tables = job_tables(parse_tables(out), job_id) if rc == 0 else []
+    except ValueError:
+        tables = []
+    if not tables or module.check_mode:
+        return tables[0] if tables else None
+    rc, _out, err = module.run_command([nft, "-f", "-"], data=render_delete(tables[0]), binary_data=True)
+    if rc != 0:
+        module.fail_json(msg="job %s: cannot delete nftables table %s on %s: %s"
+                             % (job_id, tables[0], socket.gethostname(), err.strip()))
+    return tables[0]
 
 
 def wait(module, job_id, job_dir, job, result, host):

@@ -1,0 +1,27 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Filter: which account runs the training job on a node (see train_run_user.yml)."""
+from __future__ import annotations
+
+from ansible_collections.multinode.training.plugins.module_utils._train_security import (
+    DEFAULT_ACCOUNT,
+    SecurityError,
+    decide_user,
+)
+
+
+def train_run_user(requested, effective_user, effective_uid, allow_root=False, default_account=DEFAULT_ACCOUNT):
+    """train_user + the play's user -> {user, create, drop, error}; error is "" or the refusal."""
+    try:
+        decision = decide_user(requested, effective_user, effective_uid, allow_root, default_account)
+    except SecurityError as exc:
+        return {"user": "", "create": False, "drop": False, "error": str(exc)}
+    decision["error"] = ""
+    return decision
+
+
+class FilterModule:
+    """multinode.training job-user filter."""
+
+    def filters(self):
+        return {"train_run_user": train_run_user}

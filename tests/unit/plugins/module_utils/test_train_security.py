@@ -1,0 +1,249 @@
+"""Unit tests for plugins/module_utils/_train_security.py and the firewall keeper.
+
+tests/fixtures/nft/ holds `nft -j list tables` recorded on Debian bookworm (nft 1.0.6).
+Where this machine has nft, the rendered scripts are checked by nft itself (`nft -c`).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils import _train_security as sec
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun as tr
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import KEEPER_SOURCE
+from tests.unit.conftest import FIXTURES
+
+FIX = FIXTURES / "nft"
+
+
+# ------------------------------------------------------------------ user
+
+@pytest.mark.parametrize("requested, user, uid, expected", [
+    ("", "root", 0, {"user": "mtrain", "create": True, "drop": True}),
+    ("", "alice", 1000, {"user": "alice", "create": False, "drop": False}),
+    ("alice", "alice", 1000, {"user": "alice", "create": False, "drop": False}),
+    ("trainer", "root", 0, {"user": "trainer", "create": True, "drop": True}),
+    (" svc_ml-1 ", "root", 0, {"user": "svc_ml-1", "create": True, "drop": True}),
+])
+def test_decide_user(requested, user, uid, expected):
+    assert sec.decide_user(requested, user, uid) == expected
+
+
+@pytest.mark.parametrize("requested, user, uid, fragment", [
+    ("root", "root", 0, "train_user=root: the job (your script and everything it imports) would run as root"),
+    ("root", "alice", 1000, "would run as root"),
+    ("", "root", 0, None),  # the default is never root
+    ("Bad User", "root", 0, "train_user='Bad User': cannot be created, not a valid account name"),
+    ("a/b", "root", 0, "cannot be created"),
+    ("x" * 33, "root", 0, "cannot be created"),
+    ("bob", "alice", 1000, "train_user=bob: the play runs as alice, which cannot switch"),
+])
+def test_decide_user_refused(requested, user, uid, fragment):
+    if fragment is None:
+        assert sec.decide_user(requested, user, uid)["user"] != "root"
+        return
+    with pytest.raises(sec.SecurityError) as info:
+        sec.decide_user(requested, user, uid)
+    assert fragment in str(info.value)
+
+
+def test_decide_user_root_allowed():
+    assert sec.decide_user("root", "root", 0, allow_root=True) == {"user": "root", "create": False, "drop": False}
+    # A root play that connected as root and names no user still gets the dedicated account.
+    assert sec.decide_user("", "root", 0, allow_root=True)["user"] == "mtrain"
+
+
+def test_check_access_lines():
+    lines = sec.check_access([
+        {"var": "train_python", "path": "/v/bin/python", "need": "x", "ok": False, "error": None},
+        {"var": "train_script", "path": "/c/s.py", "need": "r", "ok": True, "error": None},
+        {"var": "train_code_dir", "path": "/c", "need": "rx", "ok": False, "error": "missing"},
+    ])
+    assert lines == ["cannot execute train_python=/v/bin/python as the job's user (permission denied)",
+                     "cannot enter train_code_dir=/c as the job's user (missing)"]
+
+
+# ------------------------------------------------------------------ ports
+
+@pytest.mark.parametrize("text, expected", [
+    ("", {22}),
+    ("#Port 22\nPermitRootLogin no\n", {22}),
+    ("Port 2222\n", {2222}),
+    ("port 22\nPort 2200 # second\n", {22, 2200}),
+])
+def test_parse_sshd_ports(text, expected):
+    assert sec.parse_sshd_ports(text) == expected
+
+
+def test_port_problem():
+    assert sec.port_problem(29400, {22}) is None
+    message = sec.port_problem(22, {22, 2222})
+    assert message.startswith("train_rdzv_port=22 collides with ssh (ports 22,2222 on this node); valid:")
+    assert "collides" in sec.port_problem("2222", [2222])
+
+
+# ------------------------------------------------------------------ firewall decision
+
+@pytest.mark.parametrize("requested, nft, iptables, root, enabled, fragment", [
+    ("auto", "/usr/sbin/nft", None, True, True, "nftables table per job"),
+    ("auto", None, None, True, False, "train_firewall=auto: off, neither nft nor iptables found"),
+    ("auto", None, "/usr/sbin/iptables", True, False, "only iptables found"),
+    ("auto", "/usr/sbin/nft", None, False, False, "does not run as root"),
+    (False, "/usr/sbin/nft", None, True, False, "open to any host"),
+    ("auto", "/usr/sbin/nft", None, True, False, "nft cannot change the ruleset here (Operation not permitted"),
+    ("true", "/usr/sbin/nft", None, True, True, "nftables"),
+    (True, "/usr/sbin/nft", "/usr/sbin/iptables", True, True, "nftables"),
+])
+def test_decide_firewall(requested, nft, iptables, root, enabled, fragment):
+    error = "Operation not permitted" if enabled is False and "cannot change" in fragment else None
+    decision = sec.decide_firewall(requested, nft, iptables, root, error)
+    assert decision["enabled"] is enabled
+    assert fragment in decision["note"]
+
+
+@pytest.mark.parametrize("nft, iptables, root, fragment", [
+    (None, None, True, "train_firewall=true: neither nft nor iptables found"),
+    (None, "/usr/sbin/iptables", True, "train_firewall=true: only iptables found (/usr/sbin/iptables)"),
+    ("/usr/sbin/nft", None, False, "train_firewall=true: the play does not run as root"),
+])
+def test_decide_firewall_true_refused(nft, iptables, root, fragment):
+    with pytest.raises(sec.SecurityError, match=r"valid: install nftables"):
+        sec.decide_firewall("true", nft, iptables, root)
+    with pytest.raises(sec.SecurityError) as info:
+        sec.decide_firewall(True, nft, iptables, root)
+    assert fragment in str(info.value)
+
+
+def test_decide_firewall_nft_not_permitted():
+    with pytest.raises(sec.SecurityError, match=r"nft cannot change the ruleset here \(netlink: Error: Operation"):
+        sec.decide_firewall("true", "/usr/sbin/nft", None, True, "netlink: Error: Operation not permitted")
+
+
+def test_firewall_bad_value():
+    with pytest.raises(sec.SecurityError, match="train_firewall='maybe': valid: auto, true, false"):
+        sec.normalize_firewall("maybe")
+
+
+# ------------------------------------------------------------------ nftables rendering
+
+def test_table_name_distinct_and_valid():
+    a, b = sec.table_name("verify-abc"), sec.table_name("verify.abc")
+    assert a != b
+    assert a.startswith("mt_verify_abc_") and len(a) == len("mt_verify_abc_") + 8
+    assert sec.table_name("x" * 128).count("x") == 40
+
+
+def test_split_members():
+    assert sec.split_members(["172.18.0.3", "172.18.0.2", "[fd00::1]", "172.18.0.3"]) == \
+        (["172.18.0.2", "172.18.0.3"], ["fd00::1"])
+    with pytest.raises(sec.SecurityError, match="firewall member 'node1': not an IP address"):
+        sec.split_members(["node1"])
+
+
+def test_render_table():
+    script = sec.render_table("mt_j_1", 29400, ["10.0.0.2", "10.0.0.1"], 60)
+    lines = script.splitlines()
+    # Replaces a table of the same name in the same transaction, and nothing else.
+    assert lines[:3] == ["add table inet mt_j_1", "delete table inet mt_j_1", "table inet mt_j_1 {"]
+    assert "  set members4 { type ipv4_addr; elements = { 10.0.0.1, 10.0.0.2 }; }" in lines
+    assert "  set members6 { type ipv6_addr; }" in lines
+    assert "  set guard { type inet_service; flags timeout; elements = { 29400 timeout 60s }; }" in lines
+    # Members pass, everyone else is reset; only the guarded port is matched.
+    rules = [line.strip() for line in lines if "dport" in line]
+    assert rules == ["tcp dport @guard ip saddr @members4 accept",
+                     "tcp dport @guard ip6 saddr @members6 accept",
+                     "tcp dport @guard counter reject with tcp reset"]
+    assert "policy accept" in script
+
+
+def test_render_refresh_and_delete():
+    assert sec.render_refresh("mt_j_1", 29400, 30) == \
+        "flush set inet mt_j_1 guard\nadd element inet mt_j_1 guard { 29400 timeout 30s }\n"
+    assert sec.render_delete("mt_j_1") == "add table inet mt_j_1\ndelete table inet mt_j_1\n"
+
+
+@pytest.mark.skipif(not shutil.which("nft") or os.geteuid() != 0, reason="needs nft and root (nft -c)")
+def test_nft_accepts_the_scripts():
+    table = sec.table_name("unit-test-check")
+    for script in (sec.render_table(table, 29400, ["10.0.0.1", "fd00::2"], 60), sec.render_delete(table)):
+        done = subprocess.run(["nft", "-c", "-f", "-"], input=script.encode(), capture_output=True, check=False)
+        if b"Operation not permitted" in done.stderr:
+            pytest.skip("nft -c needs CAP_NET_ADMIN here")
+        assert done.returncode == 0, done.stderr
+
+
+def test_parse_tables_fixture():
+    tables = sec.parse_tables((FIX / "list_tables.json").read_text())
+    assert tables == [("inet", "filter"), ("ip", "nat"), ("inet", "mt_verify_abc_6df0ddbd"),
+                      ("inet", "mt_other_job_12345678")]
+    assert sec.job_tables(tables) == ["mt_verify_abc_6df0ddbd", "mt_other_job_12345678"]
+    assert sec.job_tables(tables, "verify-abc") == ["mt_verify_abc_6df0ddbd"]
+    assert sec.job_tables(tables, "verify-abd") == []
+    assert sec.parse_tables((FIX / "list_tables_none.json").read_text()) == []
+    assert sec.parse_tables("") == []
+
+
+# ------------------------------------------------------------------ secrets rule
+
+@pytest.mark.parametrize("key, secret", [
+    ("HF_TOKEN", True), ("WANDB_API_KEY", True), ("aws_secret_access_key", True), ("DB_PASSWORD", True),
+    ("NCCL_SOCKET_IFNAME", False), ("MASTER_PORT", False), ("LOGLEVEL", False),
+])
+def test_secret_keys(key, secret):
+    assert tr.is_secret_key(key) is secret
+
+
+# ------------------------------------------------------------------ keeper (a real process, a stand-in nft)
+
+def _fake_nft(tmp_path):
+    log = tmp_path / "nft.log"
+    nft = tmp_path / "nft"
+    nft.write_text("#!/bin/sh\n{ echo \"== $*\"; cat; } >> %s\n" % log)
+    nft.chmod(nft.stat().st_mode | stat.S_IEXEC)
+    return str(nft), log
+
+
+def _wait_for(predicate, limit=10.0):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_keeper_refreshes_then_deletes_when_the_supervisor_ends(tmp_path):
+    nft, log = _fake_nft(tmp_path)
+    supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2.5)"])
+    keeper = subprocess.Popen([sys.executable, "-c", KEEPER_SOURCE, nft, str(supervisor.pid),
+                               str(tmp_path / "result.json"), "3", sec.render_refresh("mt_t_1", 29400, 3),
+                               sec.render_delete("mt_t_1")])
+    try:
+        assert keeper.wait(timeout=15) == 0
+    finally:
+        supervisor.wait()
+    text = log.read_text()
+    assert "flush set inet mt_t_1 guard" in text  # renewed at least once while the supervisor lived
+    assert text.rstrip().endswith("delete table inet mt_t_1")
+
+
+def test_keeper_deletes_once_result_json_exists(tmp_path):
+    nft, log = _fake_nft(tmp_path)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    keeper = subprocess.Popen([sys.executable, "-c", KEEPER_SOURCE, nft, str(sleeper.pid),
+                               str(tmp_path / "result.json"), "60", "refresh\n", sec.render_delete("mt_t_2")])
+    try:
+        time.sleep(1.0)
+        assert keeper.poll() is None
+        (tmp_path / "result.json").write_text("{}")
+        assert keeper.wait(timeout=10) == 0
+        assert _wait_for(lambda: "delete table inet mt_t_2" in log.read_text())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
