@@ -235,10 +235,13 @@ def build_argv(python, opts):
     args = opts.get("args") or []
     if not isinstance(args, (list, tuple)):
         raise TorchrunError("args=%r: must be a list (each item reaches the script as one argument)" % (args,))
+    # With a rank wrapper (the job's mt_rank.py), torchrun runs the wrapper and the wrapper the
+    # script or module, in the rank's own process (_torchrun_rankwrap).
+    wrapper = [opts["wrapper"]] if opts.get("wrapper") else []
     if opts.get("module"):
-        argv += ["-m", opts["module"]]
+        argv += wrapper + ["-m", opts["module"]] if wrapper else ["-m", opts["module"]]
     elif opts.get("script"):
-        argv += [opts["script"]]
+        argv += wrapper + [opts["script"]]
     else:
         raise TorchrunError("one of script or module is required")
     argv += [str(a) for a in args]
