@@ -96,6 +96,47 @@ def _nnodes(variable, value, values, ctx):
     return []
 
 
+def _max_restarts(variable, value, values, ctx):
+    """Restarts that cannot happen: static rendezvous cannot re-rendezvous; under Slurm, srun
+    --kill-on-bad-exit ends the step on every node at the first failure."""
+    if not is_int(value) or int(value) <= 0:
+        return []
+    if str(values.get("train_rdzv_backend", "c10d")) == "static":
+        return [Problem(variable, value, "train_rdzv_backend=static cannot re-rendezvous, restarts cannot help",
+                        "0, or train_rdzv_backend c10d (with train_nnodes MIN:MAX to survive a lost node)")]
+    if str(values.get("train_launcher", "ssh")) == "slurm":
+        return [Problem(variable, value, "train_launcher=slurm ends the step on every node at the first failure "
+                        "(srun --kill-on-bad-exit), restarts cannot help", "0 with train_launcher slurm")]
+    return []
+
+
+def _detach(variable, value, values, ctx):
+    if value is not True and str(value).lower() not in ("true", "yes", "1"):
+        return []
+    problems = []
+    if is_int(values.get("train_timeout", 3600)) and int(values.get("train_timeout", 3600)) == 0:
+        problems.append(Problem(variable, value, "with train_timeout=0 a detached job has neither a controller "
+                                "lease nor a time limit: only train_stop.yml would ever end it",
+                                "train_timeout > 0 (seconds the nodes let it run) with train_detach"))
+    if str(values.get("train_attach", "") or ""):
+        problems.append(Problem(variable, value, "train_attach follows a job, train_detach starts one",
+                                "one of train_detach and train_attach"))
+    if str(values.get("train_launcher", "ssh")) != "ssh":
+        problems.append(Problem(variable, value, "only train_launcher=ssh detaches",
+                                "false with train_launcher %s" % values.get("train_launcher")))
+    return problems
+
+
+def _watch_port(variable, value, values, ctx):
+    if str(value).strip() == "":
+        return []
+    problems = check_range(variable, value, 1, 65535, int)
+    if not problems and str(value) == str(values.get("train_rdzv_port", 29400)):
+        problems.append(Problem(variable, value, "the same as train_rdzv_port",
+                                "empty (train_rdzv_port + 1) or another free port"))
+    return problems
+
+
 def _nproc(variable, value, values, ctx):
     if str(value) == "auto" or (is_int(value) and int(value) > 0):
         return []
@@ -260,7 +301,15 @@ RULES = {
                               "empty (run train_script) or a module name such as pkg.train")],
     "train_args": [_scalar_items],
     "train_env": [_env()],
-    "train_max_restarts": [_range(0)],
+    "train_max_restarts": [_range(0), _max_restarts],
+    "train_detach": [_detach],
+    "train_attach": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
+                              "empty, or the id of a job a launch printed (letters, digits, _ . -)")],
+    "train_lease": [_range(0)],
+    "train_lost_timeout": [_range(2, 3600)],
+    "train_fail_grace": [_range(0, 300)],
+    "train_progress_interval": [_range(1)],
+    "train_watch_port": [_watch_port],
     "train_timeout": [_range(0)],
     "train_stop_grace": [_range(0)],
     "train_connect_timeout": [_range(1)],

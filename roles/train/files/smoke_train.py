@@ -9,7 +9,11 @@
    points at an empty directory and must still be empty afterwards: no JIT build.
 
 Failure injection for tests: --fail-rank R --fail-step S raises on rank R at
-step S (the error lands in torchrun's per-rank error.json through @record).
+step S (the error lands in torchrun's per-rank error.json through @record;
+--no-record leaves it to the rank's stderr, as most scripts do; --fail-assert
+TEXT raises AssertionError(TEXT)). --hang-others: the other ranks ignore
+SIGTERM and block after the all-reduce, as NCCL ranks in a collective with a
+dead peer do. --step-seconds N: a long job (N seconds per step).
 """
 from __future__ import annotations
 
@@ -26,6 +30,10 @@ def parse_args(argv=None):
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-step", type=int, default=1)
     parser.add_argument("--skip-deepspeed", action="store_true")
+    parser.add_argument("--no-record", action="store_true")
+    parser.add_argument("--fail-assert", default="")
+    parser.add_argument("--hang-others", action="store_true")
+    parser.add_argument("--step-seconds", type=float, default=0.0)
     parser.add_argument("--echo-args", action="store_true",
                         help="print the arguments received (each repr'd) and exit after the all-reduce")
     parser.add_argument("extra", nargs="*", help="free arguments, only echoed")
@@ -35,11 +43,39 @@ def parse_args(argv=None):
 def main(argv=None):
     from torch.distributed.elastic.multiprocessing.errors import record
 
+    args = parse_args(argv)
+    if args.no_record:
+        return _run(args)
+
     @record
     def run():
-        return _run(parse_args(argv))
+        return _run(args)
 
     return run()
+
+
+def _fail(args, rank, step):
+    if args.fail_assert:
+        raise AssertionError(args.fail_assert)
+    raise RuntimeError("injected failure on rank %d at step %d" % (rank, step))
+
+
+def _steps(args, rank):
+    """--step-seconds: a long job without DeepSpeed; --hang-others: the other ranks block for good."""
+    import signal
+    import time
+
+    if args.hang_others and args.fail_rank >= 0 and args.fail_rank != rank:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        print("smoke: rank=%d blocking (SIGTERM ignored)" % rank, flush=True)
+        while True:
+            time.sleep(1)
+    for step in range(1, args.steps + 1):
+        if args.fail_rank == rank and step == args.fail_step:
+            print("smoke: rank=%d failing at step %d time=%.3f" % (rank, step, time.time()), flush=True)
+            _fail(args, rank, step)
+        time.sleep(args.step_seconds)
+        print("smoke: rank=%d step=%d" % (rank, step), flush=True)
 
 
 def _run(args):
@@ -62,11 +98,13 @@ def _run(args):
     if total != expected:
         raise RuntimeError("all-reduce of ranks gave %d, expected %d" % (total, expected))
 
-    if not args.skip_deepspeed:
+    if args.step_seconds or args.hang_others:
+        _steps(args, rank)
+    elif not args.skip_deepspeed:
         train(args, rank, world_size, device)
     elif args.fail_rank == rank:
         dist.barrier()
-        raise RuntimeError("injected failure on rank %d at step %d" % (rank, args.fail_step))
+        _fail(args, rank, args.fail_step)
     dist.barrier()
     dist.destroy_process_group()
     print("smoke: rank=%d done" % rank, flush=True)
@@ -105,7 +143,7 @@ def train(args, rank, world_size, device):
     targets = inputs.sum(dim=1, keepdim=True)
     for step in range(1, args.steps + 1):
         if args.fail_rank == rank and step == args.fail_step:
-            raise RuntimeError("injected failure on rank %d at step %d" % (rank, step))
+            _fail(args, rank, step)
         # The whole (tiny) data set every step: the printed loss falls when the optimizer works.
         loss = torch.nn.functional.mse_loss(engine(inputs.to(device)), targets.to(device))
         engine.backward(loss)
