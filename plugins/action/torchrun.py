@@ -11,6 +11,7 @@ for any job length: no include recursion, no retry messages.
 """
 from __future__ import annotations
 
+import os
 import time
 
 from ansible.plugins.action import ActionBase
@@ -34,9 +35,14 @@ class ActionModule(ActionBase):
         host = task_vars.get("inventory_hostname") if task_vars else None
         status_args = {"state": "status", "job_id": args.get("job_id") or args.get("rdzv_id"),
                        "log_dir": args.get("log_dir") or "/var/log/multinode-training"}
+        parent = os.getppid()
         try:
             last_print = 0.0
             while True:
+                if os.getppid() != parent:
+                    # ansible-playbook is gone (killed): stop renewing the lease, the nodes end the job.
+                    result.update(failed=True, msg="the controller (ansible-playbook) went away")
+                    return result
                 polled = self._execute_module(module_name=module, module_args=status_args, task_vars=task_vars)
                 if polled.get("failed"):
                     result.update(polled)
@@ -48,7 +54,7 @@ class ActionModule(ActionBase):
                     display.display("[%s] %s" % (host, polled.get("progress")))
                     last_print = now
                 # Poll faster than the progress lines: a stop is seen within seconds.
-                time.sleep(min(poll, 2.0))
+                time.sleep(min(poll, 3.0))
             result.update(self._execute_module(module_name=module, module_args=args, task_vars=task_vars))
             return result
         finally:

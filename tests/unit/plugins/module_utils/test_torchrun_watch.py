@@ -1,0 +1,156 @@
+"""Decisions of the job watcher: the first failure across nodes, lost nodes, the lease, the stop."""
+import json
+import os
+
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as w
+
+# A rank's stderr when the script does not use @record (a third-party test script): the cause
+# is the exception line of the last traceback, not torchrun's "no error message".
+ASSERT_STDERR = """\
+/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:123: UserWarning: something
+  warnings.warn(
+Traceback (most recent call last):
+  File "/opt/code/test_writes.py", line 40, in <module>
+    main()
+  File "/opt/code/test_writes.py", line 36, in main
+    assert count == 4, f"Only wrote to file {count} times, not 4"
+           ^^^^^^^^^^
+AssertionError: Only wrote to file 2 times, not 4
+"""
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "a.py", line 1, in <module>
+KeyError: 'x'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "a.py", line 3, in <module>
+    raise RuntimeError("wrapped")
+RuntimeError: wrapped
+[rank2]:[W1121 10:00:00.000] ProcessGroupGloo.cpp:123 warning after the traceback
+"""
+
+
+def test_last_exception_line_from_stderr_without_record():
+    assert w.last_exception_line(ASSERT_STDERR) == "AssertionError: Only wrote to file 2 times, not 4"
+
+
+def test_last_exception_line_takes_the_last_traceback():
+    assert w.last_exception_line(CHAINED) == "RuntimeError: wrapped"
+
+
+def test_last_exception_line_dotted_and_bare():
+    text = "Traceback (most recent call last):\n  File \"x\", line 1\ntorch.distributed.DistBackendError: NCCL error\n"
+    assert w.last_exception_line(text) == "torch.distributed.DistBackendError: NCCL error"
+    assert w.last_exception_line("Traceback (most recent call last):\n  x\nKeyboardInterrupt\n") == "KeyboardInterrupt"
+
+
+def test_last_exception_line_none_without_traceback():
+    assert w.last_exception_line("just a warning\n") is None
+    assert w.last_exception_line("") is None
+
+
+def test_first_failure_is_earliest_across_nodes():
+    failures = [
+        {"node": "node1", "rank": 0, "time": 105.0, "message": "RuntimeError: Connection closed by peer", "peer": True},
+        {"node": "node2", "rank": 3, "time": 100.0, "message": "AssertionError: x"},
+        {"node": "node3", "rank": 5, "time": 101.0, "message": "ValueError: y"},
+    ]
+    assert w.first_failure(failures)["rank"] == 3
+
+
+def test_first_failure_tie_prefers_first_hand_then_lower_rank():
+    failures = [
+        {"node": "node1", "rank": 1, "time": 100.000, "peer": True},
+        {"node": "node2", "rank": 4, "time": 100.005},
+        {"node": "node2", "rank": 2, "time": 100.008},
+    ]
+    assert w.first_failure(failures)["rank"] == 2
+    assert w.first_failure([]) is None
+    assert w.first_failure([{"rank": 1, "time": None}, {"rank": 0, "time": 5.0}])["rank"] == 0
+
+
+def test_lost_nodes_after_silence_not_when_ended():
+    nodes = ["n1", "n2", "n3"]
+    seen = {"n1": 100.0, "n2": 89.0, "n3": 80.0}
+    states = {"n1": "running", "n2": "running", "n3": "succeeded"}
+    # n2 silent 11 s > 10 s: lost; n3 silent longer but it ended by itself: not lost.
+    assert w.lost_nodes(nodes, seen, states, now=100.0, lost_after=10, started=0) == ["n2"]
+    assert w.lost_nodes(nodes, seen, states, now=98.0, lost_after=10, started=0) == []
+
+
+def test_lost_nodes_never_heard_from_gets_a_startup_grace():
+    assert w.lost_nodes(["n1", "n2"], {"n1": 50.0}, {}, now=50.0, lost_after=10, started=25.0) == []
+    assert w.lost_nodes(["n1", "n2"], {"n1": 56.0}, {}, now=56.0, lost_after=10, started=25.0) == ["n2"]
+
+
+def test_lease():
+    assert w.lease_expired(60, 100.0, 161.0)
+    assert not w.lease_expired(60, 100.0, 159.0)
+    assert not w.lease_expired(0, 100.0, 10 ** 9)  # detached: no lease
+
+
+def test_classify_rank():
+    assert w.classify_rank({"pid": 1}, None, True) == "running"
+    assert w.classify_rank({"pid": 1}, None, False) == "killed"
+    assert w.classify_rank({"pid": 1}, {"exitcode": 0}, False) == "succeeded"
+    assert w.classify_rank({"pid": 1}, {"exitcode": 2}, False) == "failed"
+    assert w.classify_rank(None, None, False) == "unknown"
+
+
+def test_local_failure_non_restartable_and_restartable():
+    ranks = [{"rank": 2, "local_rank": 0, "state": "running"},
+             {"rank": 3, "local_rank": 1, "state": "failed", "exitcode": 1, "time": 5.0, "message": "E: x"}]
+    assert w.local_failure(ranks, restartable=False, torchrun_rc=None)["rank"] == 3
+    # torchrun restarts the workers: not a failure of the job until torchrun gives up.
+    assert w.local_failure(ranks, restartable=True, torchrun_rc=None) is None
+    assert w.local_failure(ranks, restartable=True, torchrun_rc=1)["rank"] == 3
+    assert w.local_failure([], restartable=True, torchrun_rc=1)["kind"] == "torchrun"
+    assert w.local_failure([{"state": "succeeded"}], restartable=False, torchrun_rc=0) is None
+
+
+def test_stop_decision_order():
+    failure = {"node": "n2", "rank": 3, "time": 1.0}
+    assert w.stop_decision(None, [failure], ["n3"], False, True)["reason"] == "failure"
+    assert w.stop_decision(None, [], ["n3"], False, True) == {"reason": "lost", "nodes": ["n3"]}
+    # elastic: a lost node is survivable (the others restart without it)
+    assert w.stop_decision(None, [], ["n3"], True, False) is None
+    assert w.stop_decision(None, [], [], False, False, hub_lost="n1")["reason"] == "hub_lost"
+    assert w.stop_decision(None, [], [], False, True) == {"reason": "lease"}
+    assert w.stop_decision(None, [], [], False, False) is None
+    kept = {"reason": "lease"}
+    assert w.stop_decision(kept, [failure], [], False, False) is kept
+
+
+def test_describe_stop_lines():
+    stop = {"reason": "failure", "failure": {"node": "node2", "rank": 3, "local_rank": 1, "exitcode": 1,
+                                             "message": "AssertionError: Only wrote to file 2 times, not 4"}}
+    assert w.describe_stop(stop) == ("rank 3 (local_rank 1) on node2 exited 1: "
+                                     "AssertionError: Only wrote to file 2 times, not 4")
+    assert w.describe_stop({"reason": "lost", "nodes": ["node3"]}, lost_after=10) == \
+        "node node3 lost (no heartbeat for 10s)"
+    assert "controller lease expired" in w.describe_stop({"reason": "lease"}, lease=60)
+    assert "c10d cannot continue" in w.describe_stop({"reason": "hub_lost", "nodes": ["node1"]}, lost_after=10)
+    assert w.describe_stop(None) == ""
+
+
+def test_consequences_lists_the_others():
+    first = {"node": "n2", "local_rank": 1, "restart": 0}
+    ranks = {"n1": [{"rank": 0, "local_rank": 0, "state": "killed"}, {"rank": 1, "local_rank": 1, "state": "running"}],
+             "n2": [{"rank": 2, "local_rank": 0, "state": "succeeded"},
+                    {"rank": 3, "local_rank": 1, "state": "failed", "restart": 0}]}
+    assert w.consequences(ranks, first) == [{"node": "n1", "rank": 0, "local_rank": 0},
+                                            {"node": "n1", "rank": 1, "local_rank": 1}]
+
+
+def test_read_ranks_from_wrapper_records(tmp_path):
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    (exits / "0_0.start").write_text(json.dumps({"pid": os.getpid(), "rank": 0, "local_rank": 0, "restart": 0}))
+    (exits / "0_1.start").write_text(json.dumps({"pid": 2 ** 22 + 7, "rank": 1, "local_rank": 1, "restart": 0}))
+    (exits / "0_1.exit").write_text(json.dumps({"exitcode": 1, "message": "AssertionError: x", "time": 3.0}))
+    ranks = w.read_ranks(str(tmp_path), "n1")
+    assert [(r["rank"], r["state"]) for r in ranks] == [(0, "running"), (1, "failed")]
+    assert ranks[1]["message"] == "AssertionError: x"
