@@ -35,8 +35,11 @@ options:
         waits. Fails when the job fails, naming the rank, its exit code and the root-cause error.
       - V(stopped) stops the job - SIGTERM to its process group, SIGKILL after O(stop_grace) seconds, then every
         process still carrying the job marker - and fails if one survives.
+      - V(status) reports the job's progress on this node (RV(progress)) and renews its controller lease
+        (O(watch.lease)); fails when no job with this id was started here. The action plugin polls it with
+        O(follow).
     type: str
-    choices: [started, finished, stopped]
+    choices: [started, finished, stopped, status]
     default: finished
   script:
     description:
@@ -176,6 +179,64 @@ options:
     description: Seconds the guard lives without renewal by the keeper (renewed every third of it).
     type: int
     default: 60
+  follow:
+    description:
+      - With O(state=finished), poll the node with O(state=status) until the job ended, printing a progress line
+        on the controller every O(poll) seconds, then return the result (the action plugin does the loop; each
+        poll renews the lease).
+    type: bool
+    default: false
+  poll:
+    description: Seconds between progress lines with O(follow).
+    type: int
+    default: 10
+  watch:
+    description:
+      - The job's watcher (C(mt_watch.py) in the job directory, started next to the supervisor). Every rank runs
+        under C(mt_rank.py), which records its exit; the watcher of the hub node collects the other nodes'
+        heartbeats and stops the job on every node on the first failure or a lost node.
+    type: dict
+    suboptions:
+      hub:
+        description: This node's watcher is the hub (the first node, the c10d store host).
+        type: bool
+        default: false
+      hub_addr:
+        description: Address of the hub node; unset - this node is the only one (no network).
+        type: str
+      hub_node:
+        description: Name of the hub node, for messages.
+        type: str
+      port:
+        description: TCP port the hub listens on.
+        type: int
+      node:
+        description: Name of this node in the job (the inventory host name); default the host name.
+        type: str
+      nodes:
+        description: Names of all nodes of the job.
+        type: list
+        elements: str
+        default: []
+      token:
+        description: Secret every message between the watchers carries.
+        type: str
+      lost:
+        description: Seconds without a heartbeat after which a node is lost.
+        type: int
+        default: 10
+      lease:
+        description: Seconds without a O(state=status) poll after which the job is stopped; V(0) - no lease.
+        type: int
+        default: 0
+      fail_grace:
+        description: Seconds between SIGTERM and SIGKILL when the watchers stop the job.
+        type: int
+        default: 5
+      interval:
+        description: Seconds between heartbeats.
+        type: float
+        default: 0.5
   exit_barrier_grace:
     description:
       - Seconds to wait, after all ranks on this node succeeded, for torchrun's exit barrier (it waits
@@ -360,6 +421,27 @@ firewall_table:
   returned: when a job was started or found, and state is stopped
   type: str
   sample: mt_verify_abc_1a2b3c4d
+progress:
+  description: One line - running ranks, restarts, seconds since the start, last line of local rank 0.
+  returned: state is status
+  type: str
+done:
+  description: Whether the job ended on this node.
+  returned: state is status
+  type: bool
+stop_line:
+  description: Why the watchers stopped the job everywhere (first failure, lost node, lease); null when they did not.
+  returned: state is finished or status
+  type: str
+first_failure:
+  description: The first failure across all nodes (node, rank, local_rank, exitcode, message, time).
+  returned: state is finished and the watchers stopped the job because of a failure
+  type: dict
+lost:
+  description: Nodes the hub declared lost.
+  returned: state is finished or status
+  type: list
+  elements: str
 survivors:
   description: Processes of the job still alive after stopping (the module fails when there are any).
   returned: state is stopped
@@ -518,6 +600,8 @@ def main():
             stop_grace=dict(type="int", default=15),
             tail_lines=dict(type="int", default=30),
             exit_barrier_grace=dict(type="int", default=30),
+            follow=dict(type="bool", default=False),
+            poll=dict(type="int", default=10),
             user=dict(type="str"),
             group=dict(type="str"),
             firewall_allow=dict(type="list", elements="str", default=[]),
