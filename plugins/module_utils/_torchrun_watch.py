@@ -430,7 +430,7 @@ class Watcher(object):
                 node = msg["node"]
                 self.on_message(msg)
                 with self.lock:
-                    reply = {"stop": self.stop, "restart": self.restart_requested.get(node)}
+                    reply = {"stop": self.stop, "restart": self.restart_requested.pop(node, None)}
                 conn.sendall((json.dumps(reply) + "\n").encode("utf-8"))
         except (OSError, ValueError):
             return

@@ -34,6 +34,8 @@ def parse_args(argv=None):
     parser.add_argument("--fail-assert", default="")
     parser.add_argument("--hang-others", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--checkpoint-dir", default="")
+    parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--echo-args", action="store_true",
                         help="print the arguments received (each repr'd) and exit after the all-reduce")
     parser.add_argument("extra", nargs="*", help="free arguments, only echoed")
@@ -98,7 +100,7 @@ def _run(args):
     if total != expected:
         raise RuntimeError("all-reduce of ranks gave %d, expected %d" % (total, expected))
 
-    if args.step_seconds or args.hang_others:
+    if args.skip_deepspeed and (args.step_seconds or args.hang_others):
         _steps(args, rank)
     elif not args.skip_deepspeed:
         train(args, rank, world_size, device)
@@ -141,14 +143,30 @@ def train(args, rank, world_size, device):
     generator = torch.Generator().manual_seed(rank)
     inputs = torch.randn(64, 16, generator=generator)
     targets = inputs.sum(dim=1, keepdim=True)
-    for step in range(1, args.steps + 1):
+    first = 1
+    if args.checkpoint_dir and os.path.exists(os.path.join(args.checkpoint_dir, "latest")):
+        # The model's weights and the step from the last checkpoint (a restart after a lost node may
+        # have another world size; the ZeRO optimizer shards of the old one are not reloaded).
+        path, client = engine.load_checkpoint(args.checkpoint_dir, load_module_only=True,
+                                              load_optimizer_states=False, load_lr_scheduler_states=False)
+        if path:
+            first = int((client or {}).get("step", 0)) + 1
+            print("smoke: rank=%d resumed from checkpoint step=%d world_size=%d" % (rank, first - 1, world_size),
+                  flush=True)
+    for step in range(first, args.steps + 1):
         if args.fail_rank == rank and step == args.fail_step:
             _fail(args, rank, step)
         # The whole (tiny) data set every step: the printed loss falls when the optimizer works.
         loss = torch.nn.functional.mse_loss(engine(inputs.to(device)), targets.to(device))
         engine.backward(loss)
         engine.step()
-        print("smoke: rank=%d step=%d loss=%.6f" % (rank, step, loss.item()), flush=True)
+        print("smoke: rank=%d step=%d loss=%.6f world_size=%d" % (rank, step, loss.item(), world_size), flush=True)
+        if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
+            engine.save_checkpoint(args.checkpoint_dir, tag="step%d" % step, client_state={"step": step})
+            print("smoke: rank=%d checkpoint step=%d" % (rank, step), flush=True)
+        if args.step_seconds:
+            import time
+            time.sleep(args.step_seconds)
     after = sorted(os.listdir(ext_dir))
     if after != before:
         raise RuntimeError("JIT build detected: %s gained %s" % (ext_dir, sorted(set(after) - set(before))))
