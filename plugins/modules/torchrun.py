@@ -450,7 +450,6 @@ survivors:
 """
 
 import grp
-import inspect
 import json
 import os
 import pwd
@@ -488,8 +487,14 @@ from ansible_collections.multinode.training.plugins.module_utils._train_security
     render_table,
     table_name,
 )
-from ansible_collections.multinode.training.plugins.module_utils import _torchrun_rankwrap, _torchrun_watch
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import describe_stop, last_exception_line
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import (
+    WATCHER,
+    add_watch_state,
+    status,
+    stop_watcher,
+    watcher_env,
+    write_watch_files,
+)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import (
     KEEPER_SOURCE,
     SUPERVISOR_SOURCE,
@@ -498,9 +503,6 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc 
     process_state,
     stop_job,
 )
-
-
-MODULE = None
 
 
 def _write_json(path, data):
@@ -623,8 +625,6 @@ def main():
         mutually_exclusive=[("script", "module")],
         supports_check_mode=True,
     )
-    global MODULE
-    MODULE = module
     p = module.params
     host = socket.gethostname()
     secrets = []
@@ -665,7 +665,8 @@ def main():
         if job is None:
             module.fail_json(msg="job_id=%s: no such job on %s (no %s); valid: the id of a job started on this node"
                                  % (job_id, host, job_file), **result)
-        status(module, job_id, job_dir, job, result)
+        result.update(status(job_id, job_dir, job, renew=not module.check_mode))
+        module.exit_json(**result)
     wait_only = p["state"] == "finished" and job is not None
     if job is None:
         if p["state"] == "finished" and not (p["script"] or p["module"]):
@@ -758,7 +759,7 @@ def start(module, job_id, job_dir, job_file, secrets, result, host):
     os.chmod(job_dir, 0o750)
     log = os.path.join(job_dir, "torchrun.log")
     log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    owned = [job_dir, log] + write_watch_files(job_dir, job_id, host)
+    owned = [job_dir, log] + write_watch_files(p, job_dir, job_id, host)
     if account:
         for path in owned:
             os.chown(path, account["uid"], account["gid"])
@@ -780,15 +781,13 @@ def start(module, job_id, job_dir, job_file, secrets, result, host):
     os.chmod(job_file, 0o640)
     if account:
         os.chown(job_file, account["uid"], account["gid"])
-    # The watcher (mt_watch.py, _torchrun_watch) carries no job marker: the supervisor's sweep of
-    # leftovers must not kill it before it reported the node's end to the other nodes.
-    watch_env = {k: v for k, v in env.items() if k not in (JOB_ENV, JOB_DIR_ENV)}
-    watch_env["MULTINODE_TRAINING_WATCH"] = job_id
+    # The watcher (mt_watch.py, _torchrun_watch): see _torchrun_follow.
+    watch_env = watcher_env(env, job_id, (JOB_ENV, JOB_DIR_ENV))
     watch_fd = os.open(os.path.join(job_dir, "watch.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
     try:
         if account:
             os.fchown(watch_fd, account["uid"], account["gid"])
-        job["watch_pid"] = spawn([python, os.path.join(job_dir, "mt_watch.py"), job_dir], watch_env, watch_fd, account)
+        job["watch_pid"] = spawn([python, os.path.join(job_dir, WATCHER), job_dir], watch_env, watch_fd, account)
     except OSError as exc:
         stop_job(job_id, pgid=pid, grace=1, job_dir=job_dir)
         remove_firewall(module, job_id)
@@ -803,117 +802,6 @@ def start(module, job_id, job_dir, job_file, secrets, result, host):
                    render_delete(job["firewall_table"])],
                   {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, null.fileno(), None)
     return job
-
-
-def write_watch_files(job_dir, job_id, host):
-    """The rank wrapper, the watcher and its configuration (0600: it holds the job's token) into
-    the job directory; returns the paths (the job's account must own them)."""
-    p = MODULE.params
-    watch = dict(p["watch"] or {})
-    node = watch.get("node") or host
-    low, high = (1, 1)
-    try:
-        low, high = [int(x) for x in (str(p["nnodes"]).split(":") * 2)[:2]]
-    except ValueError:
-        pass
-    conf = {"job_id": job_id, "node": node, "nodes": watch.get("nodes") or [node],
-            "hub": bool(watch.get("hub")) or not watch.get("hub_addr"), "hub_addr": watch.get("hub_addr"),
-            "hub_node": watch.get("hub_node"), "port": watch.get("port"), "token": watch.get("token") or "",
-            "lost": watch.get("lost", 10), "lease": watch.get("lease", 0), "fail_grace": watch.get("fail_grace", 5),
-            "interval": watch.get("interval", 0.5), "restartable": int(p["max_restarts"] or 0) > 0,
-            "elastic": low < high}
-    paths = []
-    for name, source, mode in (("mt_rank.py", inspect.getsource(_torchrun_rankwrap), 0o640),
-                               ("mt_watch.py", inspect.getsource(_torchrun_watch), 0o640),
-                               ("watch.json", json.dumps(conf, sort_keys=True), 0o600),
-                               ("lease", "", 0o640)):
-        path = os.path.join(job_dir, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-        paths.append(path)
-    exits = os.path.join(job_dir, "exits")
-    os.mkdir(exits, 0o750)
-    paths.append(exits)
-    return paths
-
-
-def stop_watcher(job):
-    """The watcher outlives the job by a few seconds (it reports the node's end); stopping a job ends it."""
-    pid = (job or {}).get("watch_pid")
-    if pid and process_state(pid) not in (None, "Z", "X"):
-        try:
-            with open("/proc/%d/environ" % pid, "rb") as handle:
-                if ("MULTINODE_TRAINING_WATCH=%s" % job["job_id"]).encode() not in handle.read().split(b"\0"):
-                    return
-            os.kill(pid, 9)
-        except OSError:
-            pass
-
-
-def add_watch_state(job_dir, result, host):
-    """What the watchers decided (watch_state.json): why the job was stopped everywhere, the first
-    failure across the nodes, lost nodes; and causes from the ranks' own stderr where torchrun
-    had no error file."""
-    state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
-    result["stop"] = state.get("stop") or {}
-    result["stop_line"] = state.get("stop_line") or None
-    result["lost"] = state.get("lost") or []
-    result["watch_ranks"] = state.get("ranks") or []
-    by_local = {}
-    for entry in result["watch_ranks"]:
-        by_local[entry.get("local_rank")] = entry
-    for failure in result.get("failures") or []:
-        record = by_local.get(failure.get("local_rank"))
-        if not failure.get("message") and record and record.get("message"):
-            failure["message"] = record["message"]
-        if not failure.get("message"):
-            for entry in result.get("ranks") or []:
-                if entry.get("local_rank") == failure.get("local_rank") and entry.get("stderr"):
-                    failure["message"] = last_exception_line(read_text(entry["stderr"]))
-        if record and record.get("time") and record.get("state") == "failed":
-            failure["timestamp"] = record["time"]
-            failure["peer"] = bool(failure.get("peer")) and record.get("exitcode") != 1
-    first = result["stop"].get("failure") if result["stop"].get("reason") == "failure" else None
-    if first:
-        result["first_failure"] = first
-        result["root_cause_line"] = result["stop_line"]
-    elif result.get("root_cause") and not result["root_cause"].get("message"):
-        root = result["root_cause"]
-        match = [f for f in result.get("failures") or [] if f.get("local_rank") == root.get("local_rank")]
-        if match and match[0].get("message"):
-            root["message"] = match[0]["message"]
-            result["root_cause_line"] = result["root_cause_line"].replace("no error message", root["message"])
-
-
-def rank0_line(job_dir):
-    """Last line of this node's local rank 0 stdout, latest attempt."""
-    from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import rank_dirs
-    directory = rank_dirs(job_dir).get(0)
-    if not directory:
-        return None
-    lines = _read_tail(os.path.join(directory, "stdout.log"), 4096).strip().splitlines()
-    return lines[-1][-200:] if lines else None
-
-
-def status(module, job_id, job_dir, job, result):
-    """One poll: renew the controller's lease and report progress (the controller prints it)."""
-    lease = os.path.join(job_dir, "lease")
-    if os.path.exists(lease) and not module.check_mode:
-        os.utime(lease, None)
-    state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
-    local = state.get("local") or {}
-    done = os.path.exists(os.path.join(job_dir, "result.json"))
-    result.update(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
-                  elapsed=round(time.time() - (job.get("start") or time.time()), 1), rank0_line=rank0_line(job_dir),
-                  stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],
-                  user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"))
-    result["progress"] = "%s: %s, %s rank(s) running, %s restart(s), %ss%s%s" % (
-        job_id, "ended" if done else ("stopping" if state.get("stop") else "running"), result["running"],
-        result["restarts"], int(result["elapsed"]),
-        (", stop: " + result["stop_line"]) if result["stop_line"] else "",
-        (" | rank 0: " + result["rank0_line"]) if result["rank0_line"] else "")
-    module.exit_json(**result)
 
 
 def spawn(argv, env, out_fd, account, umask=0o027):
@@ -1025,7 +913,7 @@ def wait(module, job_id, job_dir, job, result, host):
         time.sleep(0.5)
     data = read_json(result_file)
     result.update(collect(job_dir, job, data, p["tail_lines"], host))
-    add_watch_state(job_dir, result, host)
+    add_watch_state(job_dir, result)
     if gave_up:
         result["timed_out"] = True
     result["exit_barrier_abandoned"] = barrier_abandoned

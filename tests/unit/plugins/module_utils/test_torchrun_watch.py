@@ -154,3 +154,39 @@ def test_read_ranks_from_wrapper_records(tmp_path):
     ranks = w.read_ranks(str(tmp_path), "n1")
     assert [(r["rank"], r["state"]) for r in ranks] == [(0, "running"), (1, "failed")]
     assert ranks[1]["message"] == "AssertionError: x"
+
+
+def test_follow_status_renews_lease_and_reports(tmp_path):
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as f
+    (tmp_path / "lease").write_text("")
+    os.utime(str(tmp_path / "lease"), (1, 1))
+    rank0 = tmp_path / "ranks" / "job_x" / "attempt_0" / "0"
+    rank0.mkdir(parents=True)
+    (rank0 / "stdout.log").write_text("smoke: rank=0 step=1\nsmoke: rank=0 step=2\n")
+    (tmp_path / "watch_state.json").write_text(json.dumps({"local": {"running": 2, "restarts": 1}}))
+    out = f.status("job-1", str(tmp_path), {"start": 100.0}, now=135.0)
+    assert os.path.getmtime(str(tmp_path / "lease")) > 1
+    assert out["done"] is False
+    assert out["progress"] == "job-1: running, 2 rank(s) running, 1 restart(s), 35s | rank 0: smoke: rank=0 step=2"
+
+
+def test_follow_add_watch_state_takes_first_failure_and_stderr_cause(tmp_path):
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as f
+    stop = {"reason": "failure", "failure": {"node": "node2", "rank": 3, "local_rank": 1, "exitcode": 1,
+                                             "message": "AssertionError: x"}}
+    (tmp_path / "watch_state.json").write_text(json.dumps({"stop": stop, "stop_line": "rank 3 ... AssertionError: x"}))
+    result = {"failures": [{"local_rank": 0, "message": None}], "root_cause_line": "rank 0 ...: no error message",
+              "ranks": [{"local_rank": 0, "stderr": str(tmp_path / "stderr.log")}]}
+    (tmp_path / "stderr.log").write_text(ASSERT_STDERR)
+    f.add_watch_state(str(tmp_path), result)
+    assert result["first_failure"]["node"] == "node2"
+    assert result["root_cause_line"] == "rank 3 ... AssertionError: x"
+    assert result["failures"][0]["message"] == "AssertionError: Only wrote to file 2 times, not 4"
+
+
+def test_follow_watch_conf_elastic_and_restartable():
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as f
+    conf = f.watch_conf({"nnodes": "2:3", "max_restarts": 2, "watch": {"hub_addr": "10.0.0.1", "port": 29401,
+                                                                        "node": "n2", "nodes": ["n1", "n2"]}}, "j", "h")
+    assert conf["elastic"] and conf["restartable"] and not conf["hub"] and conf["node"] == "n2"
+    assert f.watch_conf({"nnodes": "2", "max_restarts": 0, "watch": None}, "j", "h")["hub"] is True

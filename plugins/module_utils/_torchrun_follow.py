@@ -1,0 +1,154 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The torchrun module's side of failures and long jobs (docs/train.md, "Failures and long jobs").
+
+- ``write_watch_files``: the rank wrapper (_torchrun_rankwrap) and the watcher (_torchrun_watch),
+  both standard-library files, and the watcher's configuration into the job directory;
+- ``status``: one poll of the controller (renews the lease, progress for the controller to print);
+- ``add_watch_state``: what the watchers decided, merged into the finished job's result;
+- ``stop_watcher``: ``state=stopped`` ends the watcher too.
+"""
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import signal
+import time
+
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_rankwrap, _torchrun_watch
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import rank_dirs, read_json, read_text
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import last_exception_line
+
+RANK_WRAPPER = "mt_rank.py"
+WATCHER = "mt_watch.py"
+WATCH_ENV = "MULTINODE_TRAINING_WATCH"
+
+
+def watch_conf(params, job_id, host):
+    """The watcher's configuration (watch.json) from the module's options."""
+    watch = dict(params.get("watch") or {})
+    node = watch.get("node") or host
+    text = str(params.get("nnodes") or "1")
+    low, _sep, high = text.partition(":")
+    elastic = bool(high) and low != high
+    return {"job_id": job_id, "node": node, "nodes": watch.get("nodes") or [node],
+            "hub": bool(watch.get("hub")) or not watch.get("hub_addr"), "hub_addr": watch.get("hub_addr"),
+            "hub_node": watch.get("hub_node"), "port": watch.get("port"), "token": watch.get("token") or "",
+            "lost": watch.get("lost", 10), "lease": watch.get("lease", 0), "fail_grace": watch.get("fail_grace", 5),
+            "interval": watch.get("interval", 0.5), "restartable": int(params.get("max_restarts") or 0) > 0,
+            "elastic": elastic}
+
+
+def write_watch_files(params, job_dir, job_id, host):
+    """The rank wrapper, the watcher and its configuration (0600: it holds the job's token) into
+    the job directory, and ``exits/``; returns the paths (the job's account must own them)."""
+    paths = []
+    for name, source, mode in ((RANK_WRAPPER, inspect.getsource(_torchrun_rankwrap), 0o640),
+                               (WATCHER, inspect.getsource(_torchrun_watch), 0o640),
+                               ("watch.json", json.dumps(watch_conf(params, job_id, host), sort_keys=True), 0o600),
+                               ("lease", "", 0o640)):
+        path = os.path.join(job_dir, name)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(source)
+        paths.append(path)
+    exits = os.path.join(job_dir, "exits")
+    os.mkdir(exits, 0o750)
+    paths.append(exits)
+    return paths
+
+
+def watcher_env(env, job_id, job_env_keys):
+    """The watcher carries no job marker (the supervisor's sweep of leftovers must not kill it
+    before it reported the node's end), but a marker of its own."""
+    out = {k: v for k, v in env.items() if k not in job_env_keys}
+    out[WATCH_ENV] = job_id
+    return out
+
+
+def stop_watcher(job, proc="/proc"):
+    """The watcher outlives the job by a few seconds (it reports the node's end); stopping a job ends it."""
+    pid = (job or {}).get("watch_pid")
+    if not pid:
+        return None
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+            if ("%s=%s" % (WATCH_ENV, job["job_id"])).encode() not in handle.read().split(b"\0"):
+                return None
+        os.kill(pid, signal.SIGKILL)
+        return pid
+    except (OSError, KeyError):
+        return None
+
+
+def add_watch_state(job_dir, result):
+    """What the watchers decided (watch_state.json): why the job was stopped everywhere, the first
+    failure across the nodes, lost nodes; causes from the ranks' own records or stderr where
+    torchrun had no error file."""
+    state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
+    result["stop"] = state.get("stop") or {}
+    result["stop_line"] = state.get("stop_line") or None
+    result["lost"] = state.get("lost") or []
+    result["watch_ranks"] = state.get("ranks") or []
+    by_local = {}
+    for entry in result["watch_ranks"]:
+        by_local[entry.get("local_rank")] = entry
+    for failure in result.get("failures") or []:
+        record = by_local.get(failure.get("local_rank"))
+        if not failure.get("message") and record and record.get("message"):
+            failure["message"] = record["message"]
+        if not failure.get("message"):
+            for entry in result.get("ranks") or []:
+                if entry.get("local_rank") == failure.get("local_rank") and entry.get("stderr"):
+                    failure["message"] = last_exception_line(read_text(entry["stderr"]))
+        if record and record.get("time") and record.get("state") == "failed":
+            failure["timestamp"] = record["time"]
+    first = result["stop"].get("failure") if result["stop"].get("reason") == "failure" else None
+    if first:
+        result["first_failure"] = first
+        result["root_cause_line"] = result["stop_line"]
+    elif result.get("root_cause") and not result["root_cause"].get("message"):
+        root = result["root_cause"]
+        match = [f for f in result.get("failures") or [] if f.get("local_rank") == root.get("local_rank")]
+        if match and match[0].get("message"):
+            root["message"] = match[0]["message"]
+            result["root_cause_line"] = (result.get("root_cause_line") or "").replace("no error message",
+                                                                                    root["message"])
+    return result
+
+
+def rank0_line(job_dir):
+    """Last line of this node's local rank 0 stdout (latest attempt), at most 200 characters."""
+    directory = rank_dirs(job_dir).get(0)
+    if not directory:
+        return None
+    path = os.path.join(directory, "stdout.log")
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - 4096))
+            lines = handle.read().decode("utf-8", "replace").strip().splitlines()
+    except (IOError, OSError):
+        return None
+    return lines[-1][-200:] if lines else None
+
+
+def status(job_id, job_dir, job, renew=True, now=None):
+    """One poll: renew the controller's lease, return the node's progress."""
+    now = time.time() if now is None else now
+    lease = os.path.join(job_dir, "lease")
+    if renew and os.path.exists(lease):
+        os.utime(lease, None)
+    state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
+    local = state.get("local") or {}
+    done = os.path.exists(os.path.join(job_dir, "result.json"))
+    out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
+               elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
+               stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],
+               user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"))
+    out["progress"] = "%s: %s, %s rank(s) running, %s restart(s), %ss%s%s" % (
+        job_id, "ended" if done else ("stopping" if state.get("stop") else "running"), out["running"],
+        out["restarts"], int(out["elapsed"]),
+        (", stop: " + out["stop_line"]) if out["stop_line"] else "",
+        (" | rank 0: " + out["rank0_line"]) if out["rank0_line"] else "")
+    return out
