@@ -82,6 +82,17 @@ def stop_watcher(job, proc="/proc"):
         return None
 
 
+def watcher_alive(job, proc="/proc"):
+    pid = (job or {}).get("watch_pid")
+    if not pid:
+        return False
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+            return ("%s=%s" % (WATCH_ENV, job.get("job_id"))).encode() in handle.read().split(b"\0")
+    except (OSError, IOError):
+        return False
+
+
 def add_watch_state(job_dir, result):
     """What the watchers decided (watch_state.json): why the job was stopped everywhere, the first
     failure across the nodes, lost nodes; causes from the ranks' own records or stderr where
@@ -141,7 +152,11 @@ def status(job_id, job_dir, job, renew=True, now=None):
         os.utime(lease, None)
     state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
     local = state.get("local") or {}
-    done = os.path.exists(os.path.join(job_dir, "result.json"))
+    ended = read_json(os.path.join(job_dir, "result.json"))
+    # Ended when the supervisor recorded the result and the watcher is done (the hub waits up to the
+    # lost timeout for the other nodes, to tell a lost node from a failure); never much later.
+    done = bool(ended) and (bool(state.get("final")) or not watcher_alive(job) or
+                            now - float(ended.get("end") or now) > 30)
     out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
                elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
                stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],

@@ -42,6 +42,14 @@ import threading
 import time
 
 TERMINAL = ("succeeded", "failed", "stopped")
+# Errors a rank raises because a peer died (the same list as _torchrun.PEER_ERROR_RE; this file is
+# standard library only): the first such failure does not name the cause when a node was lost.
+PEER_RE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crashing|Broken pipe"
+    r"|DistNetworkError|NCCL communicator was aborted|Socket Timeout|recvBytes|Timed out waiting"
+    r"|connection refused",
+    re.IGNORECASE,
+)
 EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning|Fault|Timeout)|"
                          r"[A-Za-z_][\w.]*\.[A-Z]\w*|[A-Z]\w*Error)(?::\s.*)?$")
 
@@ -136,7 +144,8 @@ def local_failure(ranks, restartable, torchrun_rc):
     ``ranks``: list of dicts (rank, local_rank, restart, state, exitcode, message, time).
     A rank that failed or was killed counts unless the job restarts its workers (``restartable``:
     torchrun's max_restarts > 0), where only torchrun giving up (rc != 0) counts."""
-    failed = [r for r in ranks if r.get("state") in ("failed", "killed")]
+    failed = [dict(r, peer=bool(r.get("message") and PEER_RE.search(r["message"])))
+              for r in ranks if r.get("state") in ("failed", "killed")]
     if failed and not restartable:
         return dict(first_failure(failed), kind="rank")
     if torchrun_rc not in (None, 0):
@@ -166,6 +175,14 @@ def stop_decision(current, failures, lost, elastic, lease_gone, hub_lost=None):
     return None
 
 
+def refine_stop(stop, lost):
+    """A stop for a failure that was only a peer error (a rank lost its peer) becomes a stop for
+    the lost node once the hub declares it lost: that node is the cause."""
+    if stop and stop.get("reason") == "failure" and (stop.get("failure") or {}).get("peer") and lost:
+        return dict(stop, reason="lost", nodes=sorted(lost))
+    return stop
+
+
 def describe_stop(stop, lost_after=None, lease=None):
     """One line for the report."""
     if not stop:
@@ -179,7 +196,11 @@ def describe_stop(stop, lost_after=None, lease=None):
             f.get("rank"), f.get("local_rank"), f.get("node"),
             exit_message(f.get("exitcode"), f.get("signal")), f.get("message") or "no error message")
     if reason == "lost":
-        return "node %s lost (no heartbeat for %ss)" % (", ".join(stop.get("nodes") or []), lost_after)
+        line = "node %s lost (no heartbeat for %ss)" % (", ".join(stop.get("nodes") or []), lost_after)
+        f = stop.get("failure")
+        if f:
+            line += "; first error elsewhere: rank %s on %s: %s" % (f.get("rank"), f.get("node"), f.get("message"))
+        return line
     if reason == "hub_lost":
         return "rendezvous host %s lost (no answer for %ss); c10d cannot continue without it" % (
             ", ".join(stop.get("nodes") or []), lost_after)
@@ -396,8 +417,8 @@ class Watcher(object):
         sys.stdout.flush()
         self.events.append({"time": time.time(), "text": text})
 
-    def save(self, local=None):
-        data = {"node": self.node, "hub": self.hub, "stop": self.stop, "failures": self.failures,
+    def save(self, local=None, final=False):
+        data = {"node": self.node, "hub": self.hub, "stop": self.stop, "failures": self.failures, "final": final,
                 "lost": self.lost, "states": self.states, "events": self.events[-50:],
                 "stop_line": describe_stop(self.stop, self.lost_after, self.lease), "time": time.time()}
         if local:
@@ -477,6 +498,10 @@ class Watcher(object):
                             if other not in self.lost:
                                 self.restart_requested[other] = node
             stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone())
+            refined = refine_stop(self.stop, self.lost)
+            if self.stop and refined is not self.stop:
+                self.stop = refined
+                self.log("stop: %s" % describe_stop(self.stop, self.lost_after, self.lease))
         if stop and not self.stop:
             self.apply_stop(stop)
         elif self.stop and not self.stopped_local:
@@ -500,7 +525,7 @@ class Watcher(object):
                 if local["state"] in TERMINAL:
                     done_at = done_at or time.time()
                     if others_done or time.time() - done_at > self.lost_after + 5:
-                        self.save(local)
+                        self.save(local, final=True)
                         return 0
             else:
                 if local["failure"] and not self.stop:
@@ -534,7 +559,7 @@ class Watcher(object):
                     if time.time() - last_ok > grace and local["state"] not in TERMINAL and not self.stop:
                         self.apply_stop({"reason": "hub_lost", "nodes": [self.conf.get("hub_node") or self.conf["hub_addr"]]})
                 if local["state"] in TERMINAL:
-                    self.save(local)
+                    self.save(local, final=True)
                     return 0
             self.save(local)
             time.sleep(self.interval)

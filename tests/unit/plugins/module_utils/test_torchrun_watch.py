@@ -190,3 +190,17 @@ def test_follow_watch_conf_elastic_and_restartable():
                                                                         "node": "n2", "nodes": ["n1", "n2"]}}, "j", "h")
     assert conf["elastic"] and conf["restartable"] and not conf["hub"] and conf["node"] == "n2"
     assert f.watch_conf({"nnodes": "2", "max_restarts": 0, "watch": None}, "j", "h")["hub"] is True
+
+
+def test_peer_error_stop_becomes_lost_node():
+    ranks = [{"rank": 0, "local_rank": 0, "state": "failed", "exitcode": 1, "time": 3.0,
+              "message": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"}]
+    failure = dict(w.local_failure(ranks, False, None), node="n1")
+    assert failure["peer"] is True
+    stop = w.stop_decision(None, [failure], [], False, False)
+    assert w.refine_stop(stop, []) is stop
+    refined = w.refine_stop(stop, ["n3"])
+    assert refined["reason"] == "lost" and refined["nodes"] == ["n3"]
+    assert w.describe_stop(refined, lost_after=10).startswith("node n3 lost (no heartbeat for 10s); first error elsewhere")
+    first_hand = dict(stop, failure=dict(failure, peer=False))
+    assert w.refine_stop(first_hand, ["n3"]) is first_hand
