@@ -124,8 +124,8 @@ def add_watch_state(job_dir, result):
         match = [f for f in result.get("failures") or [] if f.get("local_rank") == root.get("local_rank")]
         if match and match[0].get("message"):
             root["message"] = match[0]["message"]
-            result["root_cause_line"] = (result.get("root_cause_line") or "").replace("no error message",
-                                                                                    root["message"])
+            line = result.get("root_cause_line") or ""
+            result["root_cause_line"] = line.replace("no error message", root["message"])
     return result
 
 

@@ -186,8 +186,8 @@ def test_follow_add_watch_state_takes_first_failure_and_stderr_cause(tmp_path):
 
 def test_follow_watch_conf_elastic_and_restartable():
     from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as f
-    conf = f.watch_conf({"nnodes": "2:3", "max_restarts": 2, "watch": {"hub_addr": "10.0.0.1", "port": 29401,
-                                                                        "node": "n2", "nodes": ["n1", "n2"]}}, "j", "h")
+    watch = {"hub_addr": "10.0.0.1", "port": 29401, "node": "n2", "nodes": ["n1", "n2"]}
+    conf = f.watch_conf({"nnodes": "2:3", "max_restarts": 2, "watch": watch}, "j", "h")
     assert conf["elastic"] and conf["restartable"] and not conf["hub"] and conf["node"] == "n2"
     assert f.watch_conf({"nnodes": "2", "max_restarts": 0, "watch": None}, "j", "h")["hub"] is True
 
