@@ -337,9 +337,26 @@ class Watcher(object):
     def result(self):
         return _read_json(os.path.join(self.job_dir, "result.json"))
 
+    def supervisor_lost(self):
+        """The supervisor is gone without writing result.json (killed): stop what is left of the
+        job here and record the end in its place, so that nothing waits for it forever."""
+        sup = self.supervisor_pid()
+        if not sup or _alive(int(sup)) or time.time() - self.started < 15:
+            return None
+        time.sleep(1.0)
+        if self.result() is not None:
+            return self.result()
+        self.log("the supervisor (pid %s) is gone without a result: stopping what is left" % sup)
+        self.kill_local()
+        job = _read_json(os.path.join(self.job_dir, "job.json")) or {}
+        data = {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False, "stopped": True,
+                "leftovers_killed": [], "supervisor_lost": True}
+        _write_json(os.path.join(self.job_dir, "result.json"), data)
+        return data
+
     def local_state(self):
         ranks = read_ranks(self.job_dir, self.node)
-        result = self.result()
+        result = self.result() or self.supervisor_lost()
         rc = result.get("rc") if result else None
         failure = local_failure(ranks, self.restartable, rc)
         if failure is not None:
