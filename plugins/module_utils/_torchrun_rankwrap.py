@@ -87,4 +87,4 @@ def _finish(code, message):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

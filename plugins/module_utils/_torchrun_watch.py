@@ -406,7 +406,7 @@ class Watcher(object):
         deadline = time.time() + self.grace
         while time.time() < deadline and job_pids(self.job_id, self.job_dir, exclude):
             time.sleep(0.1)
-        for _ in range(5):
+        for _attempt in range(5):
             left = job_pids(self.job_id, self.job_dir, exclude)
             if not left:
                 break
@@ -585,13 +585,17 @@ class Watcher(object):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     watcher = Watcher(argv[0])
+
+    def on_signal(_signum, _frame):
+        raise SystemExit(0)
+
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, lambda *_: sys.exit(0))
+        signal.signal(sig, on_signal)
     watcher.log("watching job %s (%s, lease %ss, lost after %ss, elastic %s)"
-                % (watcher.job_id, "hub" if watcher.hub else "node", watcher.lease or "none", watcher.lost_after,
+                % (watcher.job_id, "hub" if watcher.hub else "node", watcher.lease or "none ", watcher.lost_after,
                    watcher.elastic))
     return watcher.run()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())
