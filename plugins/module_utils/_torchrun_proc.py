@@ -25,6 +25,41 @@ def _read(path):
         return b""
 
 
+def _read_environ(proc, pid):
+    """/proc/<pid>/environ. The kernel lets another uid read it only with CAP_SYS_PTRACE, which root
+    lacks in a container (Docker drops it): root then reads it as the process's own uid and gid
+    (the job runs as train_user), switching back at once. b"" when it cannot be read."""
+    path = os.path.join(proc, str(pid), "environ")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read()
+    except PermissionError:
+        if os.geteuid() != 0:
+            return b""
+    except (IOError, OSError):
+        return b""
+    ids = {}
+    for line in _read(os.path.join(proc, str(pid), "status")).splitlines():
+        if line.startswith((b"Uid:", b"Gid:")):
+            ids[line[:3]] = int(line.split()[1])
+    if len(ids) != 2 or ids[b"Uid"] == 0:
+        return b""
+    egid = os.getegid()
+    try:
+        os.setegid(ids[b"Gid"])
+        try:
+            os.seteuid(ids[b"Uid"])
+            try:
+                with open(path, "rb") as handle:
+                    return handle.read()
+            finally:
+                os.seteuid(0)
+        finally:
+            os.setegid(egid)
+    except (IOError, OSError):
+        return b""
+
+
 def process_state(pid, proc="/proc"):
     """The one-letter state of a pid (R, S, Z, ...) or None when it is gone."""
     stat = _read(os.path.join(proc, str(pid), "stat"))
@@ -50,7 +85,7 @@ def find_job_processes(job_id, proc="/proc", exclude=(), job_dir=None):
     for name in os.listdir(proc):
         if not name.isdigit() or int(name) in skip:
             continue
-        environ = _read(os.path.join(proc, name, "environ")).split(b"\0")
+        environ = _read_environ(proc, name).split(b"\0")
         if all(marker in environ for marker in markers):
             if process_state(name, proc) not in (None, "Z", "X"):
                 found.append(int(name))

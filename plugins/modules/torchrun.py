@@ -549,6 +549,10 @@ def main():
             _write_json(os.path.join(job_dir, "result.json"),
                         {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
                          "stopped": True, "leftovers_killed": killed})
+            # Like the job's other files: the job's user's, not world-readable.
+            os.chmod(os.path.join(job_dir, "result.json"), 0o640)
+            owner = os.stat(job_dir)
+            os.chown(os.path.join(job_dir, "result.json"), owner.st_uid, owner.st_gid)
         result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed, survivors=describe(survivors), stopped=bool(killed))
         if survivors:
             module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
