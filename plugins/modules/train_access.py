@@ -13,6 +13,7 @@ description:
   - Resolves the job's account (uid, primary and supplementary groups, home), then checks as that
     account - in a child process that switched to its uid, gid and groups - that it can execute,
     read, enter or write the given paths (the venv's python, the training code, the log directory).
+    A path that does not exist for the module's own user is left out (preflight reports it as missing).
   - Finds C(nft) and C(iptables), tries the job's nftables rule in nft's check mode (C(nft -c)), and decides whether this node guards the rendezvous port
     (O(firewall)); refuses a rendezvous port that is one of ssh's ports (C(Port) lines of
     O(sshd_config), 22 when there are none, and O(ssh_ports)).
@@ -208,8 +209,11 @@ def main():
         account = resolve(p["user"], p["group"], problems)
         if account:
             result["account"] = account
-            outcome = access_as(account, p["checks"])
-            for check, (ok, error) in zip(p["checks"], outcome):
+            # A path that does not exist at all is preflight's to report (it names what is missing);
+            # here only what exists but the account cannot use.
+            present = [c for c in p["checks"] if os.path.exists(c["path"])]
+            outcome = access_as(account, present)
+            for check, (ok, error) in zip(present, outcome):
                 result["access"].append(dict(var=check.get("var", "path"), path=check["path"], need=check["need"],
                                              ok=bool(ok), error=error))
             problems.extend("train_user=%s: %s; valid: paths the account can reach (group or mode)"
