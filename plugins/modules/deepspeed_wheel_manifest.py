@@ -68,21 +68,10 @@ manifest_path:
   sample: /var/tmp/build/staging/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.manifest.json
 """
 
-import hashlib
-import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_ops
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_ops, _manifest
 
 
 def wheel_tags(filename):
@@ -116,7 +105,7 @@ def main():
     except (_deepspeed_ops.OpsError, ValueError) as exc:
         module.fail_json(msg=str(exc))
 
-    manifest = {"schema": 1, "wheel": os.path.basename(wheel), "wheel_sha256": sha256(wheel),
+    manifest = {"schema": _manifest.SCHEMA, "wheel": os.path.basename(wheel), "wheel_sha256": _manifest.sha256_file(wheel),
                 "wheel_size": os.path.getsize(wheel)}
     manifest.update(module.params["info"])
     manifest["python"] = dict(manifest.get("python") or {}, tag=python_tag, abi=abi, platform=platform)
@@ -130,19 +119,11 @@ def main():
         for op in ops:
             op["cuda"] = coverage[op["name"]]
     manifest["ops"] = ops
-    path = wheel + ".manifest.json"
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    old = None
-    if os.path.exists(path):
-        with open(path) as handle:
-            old = handle.read()
-    changed = old != text
-    if changed and not module.check_mode:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".manifest.")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
+    path = _manifest.path_for(wheel)
+    found_problems = _manifest.problems(manifest, path)
+    if found_problems:
+        module.fail_json(msg="; ".join(found_problems), manifest=manifest)
+    changed = _manifest.write(path, manifest, module.check_mode)
     module.exit_json(changed=changed, manifest=manifest, manifest_path=path)
 
 
