@@ -33,11 +33,20 @@ def choose_manifest(dist_dir, manifest, wheel):
     return _manifest.newest(dist_dir) or os.path.join(dist_dir, "*.whl" + _manifest.SUFFIX)
 
 
-def file_entry(path):
-    return {"sha256": _manifest.sha256_file(path), "size": os.path.getsize(path)}
+def file_entry(path, cache=None):
+    """{sha256, size} of a controller file. cache ({path: [size, mtime_ns, sha256]}) skips re-reading a
+    file whose size and modification time are unchanged since it was hashed, and is updated in place."""
+    st = os.stat(path)
+    known = (cache or {}).get(path)
+    if known and known[0] == st.st_size and known[1] == st.st_mtime_ns:
+        return {"sha256": known[2], "size": st.st_size}
+    digest = _manifest.sha256_file(path)
+    if cache is not None:
+        cache[path] = [st.st_size, st.st_mtime_ns, digest]
+    return {"sha256": digest, "size": st.st_size}
 
 
-def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requirement_wheels=()):
+def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requirement_wheels=(), cache=None):
     """What goes to every node. Raises DistError with the message the role prints.
 
     lock and requirement_wheels: the job requirements' lock (to dist/) and the wheels it adds (to wheelhouse/).
@@ -52,21 +61,42 @@ def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requi
     problem = _manifest.wheel_problem(manifest, wheel_path, manifest_path)
     if problem:
         raise DistError(problem)
-    files = {"dist/" + os.path.basename(wheel_path): dict(file_entry(wheel_path), src=wheel_path),
-             "dist/" + os.path.basename(manifest_path): dict(file_entry(manifest_path), src=manifest_path)}
+    files = {"dist/" + os.path.basename(wheel_path): dict(file_entry(wheel_path, cache), src=wheel_path),
+             "dist/" + os.path.basename(manifest_path): dict(file_entry(manifest_path, cache), src=manifest_path)}
     wheels = sorted(glob.glob(os.path.join(wheelhouse, "*.whl"))) if wheelhouse else []
     for path in wheels:
-        files["wheelhouse/" + os.path.basename(path)] = dict(file_entry(path), src=path)
+        files["wheelhouse/" + os.path.basename(path)] = dict(file_entry(path, cache), src=path)
     if lock:
-        files["dist/" + os.path.basename(lock)] = dict(file_entry(lock), src=lock)
+        files["dist/" + os.path.basename(lock)] = dict(file_entry(lock, cache), src=lock)
     for path in requirement_wheels:
-        files["wheelhouse/" + os.path.basename(path)] = dict(file_entry(path), src=path)
+        files["wheelhouse/" + os.path.basename(path)] = dict(file_entry(path, cache), src=path)
     torch = manifest["torch"]["version"]
     if not index_url and not any(os.path.basename(p).startswith("torch-%s-" % torch) for p in wheels):
         raise DistError("wheelhouse %s on the controller has no torch-%s-*.whl, which the wheel needs (manifest %s); "
                         "it holds %d wheels. Nodes install with --no-index unless wheel_distribute_index_url is set."
                         % (wheelhouse or "(none)", torch, manifest_path, len(wheels)))
     return {"manifest": manifest, "manifest_path": manifest_path, "wheel_path": wheel_path, "files": files}
+
+
+def load_cache(path):
+    try:
+        with open(path) as handle:
+            cache = json.load(handle)
+        return cache if isinstance(cache, dict) else {}
+    except (IOError, OSError, ValueError):
+        return {}
+
+
+def save_cache(path, cache):
+    """Write the checksum cache atomically; a cache that cannot be written is only a slower next run."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = "%s.%d" % (path, os.getpid())
+        with open(tmp, "w") as handle:
+            json.dump(cache, handle)
+        os.rename(tmp, path)
+    except (IOError, OSError):
+        pass
 
 
 def expected_record(files):

@@ -46,6 +46,12 @@ options:
     type: list
     elements: str
     default: []
+  checksum_cache:
+    description:
+      - Controller file that remembers each file's sha256 with its size and modification time, so that an
+        unchanged wheelhouse is not read again on every run. Empty disables it.
+    type: str
+    default: ~/.cache/multinode-training/wheel-sha256.json
   node:
     description: Prefix of the failure message.
     type: str
@@ -87,6 +93,8 @@ record:
   type: dict
 """
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.training.plugins.module_utils import _wheel_dist
 
@@ -101,17 +109,23 @@ def main():
             index_url=dict(type="str", default=""),
             requirements_lock=dict(type="str", default=""),
             requirement_wheels=dict(type="list", elements="str", default=[]),
+            checksum_cache=dict(type="str", default="~/.cache/multinode-training/wheel-sha256.json"),
             node=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
     p = module.params
     path = _wheel_dist.choose_manifest(p["dist_dir"], p["manifest"], p["wheel"])
+    cache_path = os.path.expanduser(p["checksum_cache"]) if p["checksum_cache"] else ""
+    cache = _wheel_dist.load_cache(cache_path) if cache_path else None
+    before = dict(cache or {})
     try:
         found = _wheel_dist.source(p["dist_dir"], path, p["wheel"], p["wheelhouse"], p["index_url"],
-                                   p["requirements_lock"], p["requirement_wheels"])
+                                   p["requirements_lock"], p["requirement_wheels"], cache)
     except _wheel_dist.DistError as exc:
         module.fail_json(msg="%s%s" % (p["node"] + ": " if p["node"] else "", exc), manifest_path=path)
+    if cache_path and cache != before and not module.check_mode:
+        _wheel_dist.save_cache(cache_path, cache)
     module.exit_json(changed=False, record=_wheel_dist.expected_record(found["files"]), **found)
 
 

@@ -133,3 +133,20 @@ def test_current_node_and_each_reason_it_is_not(tmp_path):
     plain.mkdir()
     assert "not a release symlink" in _wheel_dist.current_problems(
         m, _wheel_compat.venv_facts(str(plain)), "", str(node), expected, record)[0]
+
+
+def test_checksum_cache_rehashes_only_changed_files(tmp_path):
+    path = tmp_path / "a.whl"
+    path.write_bytes(b"one")
+    cache = {}
+    assert _wheel_dist.file_entry(str(path), cache)["sha256"] == hashlib.sha256(b"one").hexdigest()
+    assert cache[str(path)][2] == hashlib.sha256(b"one").hexdigest()
+    cache[str(path)][2] = "cached"  # an unchanged file is answered from the cache
+    assert _wheel_dist.file_entry(str(path), cache)["sha256"] == "cached"
+    path.write_bytes(b"three")  # another size: read again
+    assert _wheel_dist.file_entry(str(path), cache)["sha256"] == hashlib.sha256(b"three").hexdigest()
+    store = tmp_path / "cache" / "sums.json"
+    _wheel_dist.save_cache(str(store), cache)
+    assert _wheel_dist.load_cache(str(store)) == cache
+    store.write_text("[")
+    assert _wheel_dist.load_cache(str(store)) == {}
