@@ -11,8 +11,8 @@ version_added: 0.2.0
 description:
   - Probes the interpreter the build venv is made from, the torch the build would use (the venv's, read
     from its dist-info, else pip's dry run), the cached source (its tree, sha256, digest and version), plans
-    the build (module M(multinode.training.deepspeed_build_plan)'s logic: accelerator, arch list, ops, CPU
-    target, compiler), computes the build key and says whether the wheel for that key is in the work
+    the build (the logic of module M(multinode.training.deepspeed_build_plan) - accelerator, arch list, ops,
+    CPU target, compiler), computes the build key and says whether the wheel for that key is in the work
     folder, whole, and whether its wheelhouse is current.
   - Refuses, naming the variable, the bad value and the valid ones, what the plan refuses (arch list,
     ops, accelerator against nvcc and torch). Without a C compiler (before the toolchain role ran) it

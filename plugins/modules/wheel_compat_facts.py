@@ -53,7 +53,7 @@ options:
       - With O(expected_files), the module also says whether the node is current (RV(current)).
     type: path
   expected_files:
-    description: C({dist/<name> or wheelhouse/<name>: {sha256, size}}) the node must hold (module wheel_dist_source).
+    description: The files the node must hold, C(dist/<name>) or C(wheelhouse/<name>) mapped to C(sha256) and C(size) (module wheel_dist_source).
     type: dict
   lock_sha256:
     description: sha256 of the job requirements lock the venv must have been installed with (empty for none).

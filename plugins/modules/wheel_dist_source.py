@@ -50,7 +50,7 @@ options:
     description:
       - Controller file that remembers each file's sha256 with its size and modification time, so that an
         unchanged wheelhouse is not read again on every run. Empty disables it.
-    type: str
+    type: path
     default: ~/.cache/multinode-training/wheel-sha256.json
   node:
     description: Prefix of the failure message.
@@ -84,7 +84,7 @@ wheel_path:
   returned: success
   type: str
 files:
-  description: C({dist/<name> or wheelhouse/<name>: {sha256, size, src}}), every file each node gets.
+  description: Every file each node gets, C(dist/<name>) or C(wheelhouse/<name>) mapped to its C(sha256), C(size) and C(src).
   returned: success
   type: dict
 record:
@@ -92,8 +92,6 @@ record:
   returned: success
   type: dict
 """
-
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.training.plugins.module_utils import _wheel_dist
@@ -109,14 +107,14 @@ def main():
             index_url=dict(type="str", default=""),
             requirements_lock=dict(type="str", default=""),
             requirement_wheels=dict(type="list", elements="str", default=[]),
-            checksum_cache=dict(type="str", default="~/.cache/multinode-training/wheel-sha256.json"),
+            checksum_cache=dict(type="path", default="~/.cache/multinode-training/wheel-sha256.json"),
             node=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
     p = module.params
     path = _wheel_dist.choose_manifest(p["dist_dir"], p["manifest"], p["wheel"])
-    cache_path = os.path.expanduser(p["checksum_cache"]) if p["checksum_cache"] else ""
+    cache_path = p["checksum_cache"] or ""
     cache = _wheel_dist.load_cache(cache_path) if cache_path else None
     before = dict(cache or {})
     try:
