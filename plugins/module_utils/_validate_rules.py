@@ -18,6 +18,7 @@ import json
 import os
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils import _manifest as manifest_schema
 from ansible_collections.multinode.training.plugins.module_utils._validate import (
     Problem,
     check_env_mapping,
@@ -28,7 +29,6 @@ from ansible_collections.multinode.training.plugins.module_utils._validate impor
     show,
 )
 
-MANIFEST_KEYS = ("schema", "wheel", "wheel_sha256", "deepspeed", "accelerator", "python", "torch", "ops")
 VERSION_RE = r"^v?[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+-]*)$"
 USERNAME_RE = r"^[a-z_][a-z0-9_-]{0,30}\$?$"
 CUDA_ARCH_TOKEN_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
@@ -256,20 +256,13 @@ def _manifest(variable, value, values, ctx):
 def check_manifest_file(name, path):
     valid = "a wheel manifest written by build_deepspeed.yml (docs/manifest.md)"
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except (IOError, OSError) as exc:
-        return [Problem(name, path, "cannot be read on the controller (%s)" % (exc.strerror or exc), valid)]
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return [Problem(name, path, "is not UTF-8 text", valid)]
-    except ValueError as exc:
-        return [Problem(name, path, "is not valid JSON (%s; truncated?)" % (getattr(exc, "msg", None) or exc), valid)]
-    if not isinstance(data, dict):
-        return [Problem(name, path, "holds JSON %s, not an object" % type(data).__name__, valid)]
-    missing = [k for k in MANIFEST_KEYS if k not in data]
-    if missing or data.get("schema") != 1:
+        data = manifest_schema.read(path)
+    except manifest_schema.ManifestError as exc:
+        # "manifest <path> <what>": the Problem names the path itself.
+        return [Problem(name, path, str(exc).replace("manifest %s " % path, "", 1).replace(
+            "cannot be read (", "cannot be read on the controller ("), valid)]
+    missing = manifest_schema.missing_keys(data)
+    if missing or data.get("schema") != manifest_schema.SCHEMA:
         what = "is not a schema 1 manifest (missing: %s; schema %s)" % (
             ", ".join(missing) or "none", show(data.get("schema")))
         return [Problem(name, path, what, valid)]
