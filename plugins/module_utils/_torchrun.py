@@ -423,3 +423,24 @@ def summarize_failure(host, root):
         return "torchrun failed on %s (no rank failure recorded; see torchrun.log)" % host
     return "rank %s (local_rank %s) on %s exited %s: %s" % (
         root.get("rank"), root.get("local_rank"), host, root.get("exitcode"), root.get("message") or "no error message")
+
+
+def cross_node_root_cause(results, node_errors=None):
+    """Every node's result -> the job's root cause: {"root": failure with ``node`` or None, "line": str}.
+
+    ``results`` maps node -> the torchrun module's result (its ``failures``); ``node_errors`` maps
+    each failed node -> its error line (used when no rank failure was recorded anywhere, e.g. a
+    timeout or a node that could not start). The root is pick_root_cause over all nodes'
+    failures: first-hand before peer errors, then the earliest; a failure without a time stamp
+    sorts last instead of breaking the comparison.
+    """
+    failures = []
+    for node in sorted(results or {}):
+        for failure in (results[node] or {}).get("failures") or []:
+            if isinstance(failure, dict):
+                failures.append(dict(failure, node=node))
+    root = pick_root_cause(failures)
+    if root:
+        return {"root": root, "line": summarize_failure(root["node"], root)}
+    errors = node_errors or {}
+    return {"root": None, "line": "; ".join(str(errors[node]) for node in errors)}

@@ -364,7 +364,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_colle
     read_json,
     read_text,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import SUPERVISOR_SOURCE
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import supervisor_source
 
 
 def run(module, argv, check=True, env=None):
@@ -435,7 +435,7 @@ def submit(module):
     for path in ("slurm_node.py", "env_probe.py", "_torchrun.py"):
         if not os.path.isfile(os.path.join(p["bin_dir"], path)):
             module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
-    write_file(os.path.join(p["bin_dir"], "supervisor.py"), SUPERVISOR_SOURCE)
+    write_file(os.path.join(p["bin_dir"], "supervisor.py"), supervisor_source())
     pending = os.path.join(p["job_base"], ".submit")
     if not os.path.isdir(pending):
         os.makedirs(pending)

@@ -332,7 +332,7 @@ def _supervise(tmp_path, job_id, timeout, argv, extra_env=None):
     job_dir = str(tmp_path / job_id)
     os.makedirs(job_dir)
     env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=job_dir, **(extra_env or {}))
-    popen = subprocess.Popen([sys.executable, "-c", proc.SUPERVISOR_SOURCE, job_dir, job_id, str(timeout), "1",
+    popen = subprocess.Popen([sys.executable, proc.supervisor.__file__, job_dir, job_id, str(timeout), "1",
                               job_dir, "--"]
                              + argv, env=env, start_new_session=True,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

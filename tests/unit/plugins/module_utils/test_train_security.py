@@ -16,7 +16,9 @@ import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_security as sec
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun as tr
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import KEEPER_SOURCE
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor
+
+SUPERVISOR = _torchrun_supervisor.__file__
 from tests.unit.conftest import FIXTURES
 
 FIX = FIXTURES / "nft"
@@ -221,7 +223,7 @@ def _wait_for(predicate, limit=10.0):
 def test_keeper_refreshes_then_deletes_when_the_supervisor_ends(tmp_path):
     nft, log = _fake_nft(tmp_path)
     supervisor = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2.5)"])
-    keeper = subprocess.Popen([sys.executable, "-c", KEEPER_SOURCE, nft, str(supervisor.pid),
+    keeper = subprocess.Popen([sys.executable, SUPERVISOR, "keep", nft, str(supervisor.pid),
                                str(tmp_path / "result.json"), "3", sec.render_refresh("mt_t_1", 29400, 3),
                                sec.render_delete("mt_t_1")])
     try:
@@ -236,7 +238,7 @@ def test_keeper_refreshes_then_deletes_when_the_supervisor_ends(tmp_path):
 def test_keeper_deletes_once_result_json_exists(tmp_path):
     nft, log = _fake_nft(tmp_path)
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
-    keeper = subprocess.Popen([sys.executable, "-c", KEEPER_SOURCE, nft, str(sleeper.pid),
+    keeper = subprocess.Popen([sys.executable, SUPERVISOR, "keep", nft, str(sleeper.pid),
                                str(tmp_path / "result.json"), "60", "refresh\n", sec.render_delete("mt_t_2")])
     try:
         time.sleep(1.0)

@@ -1,0 +1,505 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The torchrun module's job logic: start, wait, stop one job on this node.
+
+plugins/modules/torchrun.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``.
+The decisions are plain functions tested on recorded job directories
+(tests/fixtures/torchrun/jobs/): the job's environment (``build_env``), whether the job is
+still alive (``job_alive``), the GPU count (``gpu_count``), what a finished job means
+(``verdict``); the node side (supervisor, keeper, /proc scan) is _torchrun_supervisor.py,
+shipped into the job directory as ``supervisor.py``.
+"""
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import socket
+import sys
+import time
+
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
+    JOB_DIR_ENV,
+    JOB_ENV,
+    TorchrunError,
+    build_argv,
+    check_env,
+    count_gpus_nvidia_smi,
+    local_workers_succeeded,
+    mask,
+    parse_env_file,
+    resolve_nproc,
+    secret_values,
+    validate_job_id,
+)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import (
+    collect,
+    read_json,
+    read_text,
+)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import (
+    alive,
+    describe,
+    find_job_processes,
+    stop_job,
+    supervisor_source,
+)
+from ansible_collections.multinode.training.plugins.module_utils._train_security import (
+    SecurityError,
+    job_tables,
+    parse_tables,
+    render_delete,
+    render_refresh,
+    render_table,
+    table_name,
+)
+
+ARGUMENT_SPEC = dict(
+    state=dict(type="str", default="finished", choices=["started", "finished", "stopped"]),
+    script=dict(type="path"),
+    module=dict(type="str"),
+    args=dict(type="raw", default=[]),
+    nnodes=dict(type="str", default="1"),
+    nproc_per_node=dict(type="str", default="auto"),
+    cpu_nproc=dict(type="int"),
+    node_rank=dict(type="int"),
+    rdzv_backend=dict(type="str", default="c10d"),
+    rdzv_endpoint=dict(type="str"),
+    rdzv_id=dict(type="str"),
+    job_id=dict(type="str"),
+    rdzv_conf=dict(type="dict", default={}),
+    max_restarts=dict(type="int", default=0),
+    local_addr=dict(type="str"),
+    env=dict(type="dict", default={}),
+    env_files=dict(type="list", elements="path", default=[]),
+    venv=dict(type="path", default="/opt/multinode-training/venv"),
+    python=dict(type="path"),
+    chdir=dict(type="path"),
+    log_dir=dict(type="path", default="/var/log/multinode-training"),
+    tee=dict(type="bool", default=False),
+    timeout=dict(type="int", default=0),
+    stop_grace=dict(type="int", default=15),
+    tail_lines=dict(type="int", default=30),
+    exit_barrier_grace=dict(type="int", default=30),
+    user=dict(type="str"),
+    group=dict(type="str"),
+    firewall_allow=dict(type="list", elements="str", default=[]),
+    firewall_ttl=dict(type="int", default=60),
+)
+MUTUALLY_EXCLUSIVE = [("script", "module")]
+# Right after the spawn /proc may still show the pre-exec environment, without the job
+# marker: within these seconds a live supervisor pid is taken as the supervisor.
+SPAWN_SETTLE = 10.0
+SUPERVISOR_FILE = "supervisor.py"
+
+
+# ------------------------------------------------------------------ files
+
+def write_json(path, data, mode=None):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, indent=1, sort_keys=True)
+    os.rename(tmp, path)
+    if mode is not None:
+        os.chmod(path, mode)
+
+
+def read_tail(path, size=16384):
+    """The last ``size`` bytes of a file as text ('' when it cannot be read)."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - size))
+            return handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return ""
+
+
+# ------------------------------------------------------------------ decisions
+
+def gpu_count(smi_rc, smi_out, proc_gpus="/proc/driver/nvidia/gpus"):
+    """GPUs of this node: ``nvidia-smi -L`` when it ran (rc 0), else the driver's /proc entries, else 0."""
+    if smi_rc == 0:
+        return count_gpus_nvidia_smi(smi_out)
+    try:
+        return len(os.listdir(proc_gpus))
+    except OSError:
+        return 0
+
+
+def job_alive(pid, job_id, job_dir, started=None, proc="/proc", now=None):
+    """The supervisor still runs (and the pid was not reused by something else)."""
+    if not alive(pid, proc):
+        return False
+    if started and (now or time.time()) - started < SPAWN_SETTLE:
+        return True
+    return pid in find_job_processes(job_id, proc=proc, job_dir=job_dir)
+
+
+def build_env(env_files, env, job_id, job_dir, base_env):
+    """The job's environment -> (environment, secret values).
+
+    ``base_env`` (the module's environment), then the env files in order, then ``env``; the job
+    markers, LOGLEVEL=INFO unless set, unbuffered output and torchrun's error file on top.
+    Raises TorchrunError naming the file or the key.
+    """
+    own = {}
+    for path in env_files:
+        if not os.path.isfile(path):
+            raise TorchrunError("env_files: %s does not exist (for the NCCL file: apply role "
+                                "multinode.training.nccl_tuning first)" % path)
+        try:
+            own.update(parse_env_file(read_text(path), path))
+        except TorchrunError as exc:
+            raise TorchrunError("env_files: %s" % exc)
+    check_env(env)
+    for key, value in (env or {}).items():
+        own[str(key)] = "" if value is None else str(value)
+    full = dict(base_env)
+    full.update(own)
+    full.setdefault("LOGLEVEL", "INFO")
+    full["PYTHONUNBUFFERED"] = full.get("PYTHONUNBUFFERED", "1")
+    full[JOB_ENV] = job_id
+    full[JOB_DIR_ENV] = job_dir
+    full["TORCHELASTIC_ERROR_FILE"] = os.path.join(job_dir, "torchrun_error.json")
+    return full, secret_values(own)
+
+
+def supervisor_argv(python, job_dir, job_id, timeout, grace, cwd, argv):
+    """The supervisor's command line: the job's python runs supervisor.py of the job directory."""
+    return [python, os.path.join(job_dir, SUPERVISOR_FILE), job_dir, job_id, str(timeout), str(grace),
+            cwd or job_dir, "--"] + list(argv)
+
+
+def keeper_argv(python, nft, pid, result_file, ttl, refresh, delete):
+    """The firewall keeper's command line. It runs as root: its code comes from the module
+    (``-c``), never from the job directory, which the job's user may write."""
+    return [python, "-c", supervisor_source(), "keep", nft, str(pid), result_file, str(ttl), refresh, delete]
+
+
+def verdict(job, host, job_dir, result, data, gave_up, barrier_abandoned, timeout, barrier_grace):
+    """What a finished wait means -> (failed, message, warning); updates ``result``.
+
+    ``job`` is job.json; ``result`` holds what collect() read; ``data`` is result.json (None when the supervisor
+    never wrote it); ``gave_up``: the module stopped the job after its deadline;
+    ``barrier_abandoned``: this node's ranks succeeded and torchrun was stopped in its exit barrier.
+    """
+    job_id = job.get("job_id")
+    if gave_up:
+        result["timed_out"] = True
+    result["exit_barrier_abandoned"] = barrier_abandoned
+    if barrier_abandoned and not result["failures"]:
+        result.update(rc=0, stopped=False, root_cause=None, root_cause_line=None)
+        for entry in result["ranks"]:
+            entry.update(exitcode=0, state="succeeded")
+        return False, None, ("job %s: the ranks on %s succeeded; torchrun's exit barrier was abandoned after %ss "
+                             "(another node did not finish)" % (job_id, host, barrier_grace))
+    if data is None and not gave_up:
+        return True, ("job %s on %s: the supervisor (pid %s) ended without recording a result; see %s/torchrun.log"
+                      % (job_id, host, job.get("pid"), job_dir)), None
+    if result["timed_out"]:
+        return True, "job %s timed out after %ss on %s and was stopped" % (job_id, timeout, host), None
+    if result["rc"] != 0:
+        if result["stopped"] and not result["failures"]:
+            return True, "job %s was stopped on %s (rc %s)" % (job_id, host, result["rc"]), None
+        return True, "job %s failed on %s: %s" % (job_id, host, result["root_cause_line"]), None
+    return False, None, None
+
+
+# ------------------------------------------------------------------ acting
+
+def run_module(module):
+    p = module.params
+    host = socket.gethostname()
+    for value in secret_values(p["env"]):
+        module.no_log_values.add(value)
+    try:
+        job_id = validate_job_id(p["job_id"] or p["rdzv_id"], "job_id" if p["job_id"] else "rdzv_id")
+    except TorchrunError as exc:
+        module.fail_json(msg="%s (on %s)" % (exc, host))
+    job_dir = os.path.join(p["log_dir"], job_id)
+    job_file = os.path.join(job_dir, "job.json")
+    result = dict(changed=False, job_id=job_id, job_dir=job_dir)
+    job = read_json(job_file)
+
+    if p["state"] == "stopped":
+        stop(module, job_id, job_dir, job, result, host)
+
+    wait_only = p["state"] == "finished" and job is not None
+    if job is None:
+        if p["state"] == "finished" and not (p["script"] or p["module"]):
+            module.fail_json(msg="job %s was never started on %s and neither script nor module is set"
+                                 % (job_id, host), **result)
+        job = start(module, job_id, job_dir, job_file, result, host)
+        result["changed"] = True
+    elif p["state"] == "started":
+        result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
+                      nproc_per_node=job.get("nproc_per_node"))
+        if job_alive(job.get("pid"), job_id, job_dir):
+            module.exit_json(msg="job %s is running already" % job_id, **result)
+        module.fail_json(msg="job id %s was used before on %s (%s): rendezvous ids must not be reused, "
+                             "pick a new one" % (job_id, host, job_dir), **result)
+    result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
+                  nproc_per_node=job.get("nproc_per_node"), user=job.get("user"),
+                  firewall_table=job.get("firewall_table"))
+    if "gpu_count" in job:
+        result["gpu_count"] = job["gpu_count"]
+    if module.check_mode or p["state"] == "started":
+        module.exit_json(**result)
+    if wait_only:
+        result["changed"] = False
+    wait(module, job_id, job_dir, job, result, host)
+
+
+def stop(module, job_id, job_dir, job, result, host):
+    p = module.params
+    pgid = job.get("pgid") if job else None
+    pids = find_job_processes(job_id, job_dir=job_dir)
+    result["cmd"] = job.get("cmd") if job else None
+    if module.check_mode:
+        result.update(changed=bool(pids), killed=pids, survivors=[], firewall_table=None)
+        module.exit_json(**result)
+    killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
+    result["firewall_table"] = remove_firewall(module, job_id)
+    if job and not os.path.exists(os.path.join(job_dir, "result.json")):
+        path = os.path.join(job_dir, "result.json")
+        write_json(path, {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
+                          "stopped": True, "leftovers_killed": killed}, 0o640)
+        # Like the job's other files: the job's user's, not world-readable.
+        owner = os.stat(job_dir)
+        os.chown(path, owner.st_uid, owner.st_gid)
+    result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed,
+                  survivors=describe(survivors), stopped=bool(killed))
+    if survivors:
+        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
+                             % (job_id, len(survivors), host, describe(survivors)), **result)
+    module.exit_json(**result)
+
+
+def start(module, job_id, job_dir, job_file, result, host):
+    p = module.params
+    python = p["python"] or os.path.join(p["venv"], "bin", "python")
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg="python %s not found or not executable on %s: is the venv there (role "
+                             "multinode.training.wheel_distribute, variable venv/python)?" % (python, host), **result)
+    chdir = p["chdir"]
+    if chdir and not os.path.isdir(chdir):
+        module.fail_json(msg="chdir %s is not a directory on %s" % (chdir, host), **result)
+    if p["script"]:
+        script = p["script"] if os.path.isabs(p["script"]) or not chdir else os.path.join(chdir, p["script"])
+        if not os.path.isfile(script):
+            module.fail_json(msg="script %s does not exist on %s" % (script, host), **result)
+    if not isinstance(p["args"], list):
+        module.fail_json(msg="args=%r on %s: must be a list; each item reaches the script as one argument"
+                             % (p["args"], host), **result)
+    gpus = None
+    try:
+        if p["nproc_per_node"] == "auto":
+            smi = module.get_bin_path("nvidia-smi")
+            smi_rc, smi_out = module.run_command([smi, "-L"])[:2] if smi else (None, "")
+            gpus = gpu_count(smi_rc, smi_out)
+        nproc = resolve_nproc(p["nproc_per_node"], gpus, p["cpu_nproc"])
+        opts = dict(p, nproc_per_node=nproc, log_dir=os.path.join(job_dir, "ranks"), rdzv_id=p["rdzv_id"] or job_id)
+        argv = build_argv(python, opts)
+        env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ)
+    except TorchrunError as exc:
+        module.fail_json(msg="%s (on %s)" % (exc, host), **result)
+    for value in secrets:
+        module.no_log_values.add(value)
+    account = resolve_account(module, host, result)
+    if account:
+        env.update(HOME=account["home"], USER=account["name"], LOGNAME=account["name"])
+    job = {"job_id": job_id, "cmd": mask(argv, secrets), "nproc_per_node": nproc, "timeout": p["timeout"],
+           "stop_grace": p["stop_grace"], "host": host,
+           "user": account["name"] if account else pwd.getpwuid(os.geteuid()).pw_name}
+    if gpus is not None:
+        job["gpu_count"] = gpus
+    nft = None
+    if p["firewall_allow"]:
+        nft = module.get_bin_path("nft")
+        if not nft or os.geteuid() != 0:
+            module.fail_json(msg="firewall_allow (train_firewall) on %s: needs nft (package nftables) and root; "
+                                 "found nft=%s, uid %d" % (host, nft, os.geteuid()), **result)
+        job["firewall_table"] = table_name(job_id)
+    if module.check_mode:
+        return job
+    port = None
+    if nft:
+        port = int(argv[argv.index("--rdzv_endpoint") + 1].rsplit(":", 1)[1]) if "--rdzv_endpoint" in argv else None
+        try:
+            rules = render_table(job["firewall_table"], port, p["firewall_allow"], p["firewall_ttl"])
+        except (SecurityError, TypeError) as exc:
+            module.fail_json(msg="firewall_allow on %s: %s (rdzv_endpoint %s)" % (host, exc, p["rdzv_endpoint"]),
+                             **result)
+        rc, _out, err = module.run_command([nft, "-f", "-"], data=rules, binary_data=True)
+        if rc != 0:
+            module.fail_json(msg="train_firewall on %s: nft refused the rule: %s" % (host, err.strip()), **result)
+    try:
+        os.makedirs(job_dir)
+    except OSError as exc:
+        remove_firewall(module, job_id)
+        module.fail_json(msg="cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc),
+                         **result)
+    os.chmod(job_dir, 0o750)
+    log = os.path.join(job_dir, "torchrun.log")
+    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    # The supervisor outlives this module (whose files Ansible deletes): its source goes into the
+    # job directory, where the job's python (the account can run it; preflight checks that) runs it.
+    supervisor = os.path.join(job_dir, SUPERVISOR_FILE)
+    with open(supervisor, "w") as handle:
+        handle.write(supervisor_source())
+    os.chmod(supervisor, 0o640)
+    if account:
+        for path in (job_dir, log, supervisor):
+            os.chown(path, account["uid"], account["gid"])
+    # Detached on purpose (run_command waits): the supervisor leads a new session as the job's
+    # user, stdin is /dev/null, stdout and stderr go to torchrun.log.
+    try:
+        pid = spawn(supervisor_argv(python, job_dir, job_id, p["timeout"], p["stop_grace"], chdir, argv),
+                    env, log_fd, account)
+    except OSError as exc:
+        remove_firewall(module, job_id)
+        module.fail_json(msg="cannot start the job on %s as %s: %s" % (host, job["user"], exc), **result)
+    finally:
+        os.close(log_fd)
+    job.update(pid=pid, pgid=pid, start=time.time())
+    write_json(job_file, job, 0o640)
+    if account:
+        os.chown(job_file, account["uid"], account["gid"])
+    if nft:
+        with open(os.devnull, "wb") as null:
+            spawn(keeper_argv(sys.executable, nft, pid, os.path.join(job_dir, "result.json"), p["firewall_ttl"],
+                              render_refresh(job["firewall_table"], port, p["firewall_ttl"]),
+                              render_delete(job["firewall_table"])),
+                  {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, null.fileno(), None)
+    return job
+
+
+def spawn(argv, env, out_fd, account, umask=0o027):
+    """Start argv detached: new session, stdin /dev/null, stdout+stderr to out_fd, as ``account``
+    (uid, gid, supplementary groups) when given, umask 027; returns its pid. Nobody waits for it."""
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only async-signal-safe work until exec
+        try:
+            os.close(err_r)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            os.set_inheritable(err_w, False)
+            os.closerange(3, err_w)
+            os.closerange(err_w + 1, 65536)
+            if account:
+                os.setgroups(account["groups"])
+                os.setgid(account["gid"])
+                os.setuid(account["uid"])
+            os.umask(umask)
+            os.execve(argv[0], argv, env)
+        except OSError as exc:
+            os.write(err_w, str(exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    # The pipe closes on exec (close-on-exec); anything written means the child never got there.
+    message = os.read(err_r, 4096)
+    os.close(err_r)
+    if message:
+        os.waitpid(pid, 0)
+        raise OSError(message.decode("utf-8", "replace"))
+    return pid
+
+
+def resolve_account(module, host, result):
+    """O(user)/O(group) -> uid, gid, supplementary groups and home; None when the job runs as the module's user."""
+    p = module.params
+    if not p["user"]:
+        return None
+    try:
+        entry = pwd.getpwnam(p["user"])
+    except KeyError:
+        module.fail_json(msg="user=%s (train_user) does not exist on %s" % (p["user"], host), **result)
+    gid = entry.pw_gid
+    if p["group"]:
+        try:
+            gid = grp.getgrnam(p["group"]).gr_gid
+        except KeyError:
+            module.fail_json(msg="group=%s (train_group) does not exist on %s" % (p["group"], host), **result)
+    if entry.pw_uid == os.geteuid() and gid == os.getegid():
+        return None
+    if os.geteuid() != 0:
+        module.fail_json(msg="user=%s (train_user) on %s: the module runs as uid %d and cannot switch; run it "
+                             "with become" % (p["user"], host, os.geteuid()), **result)
+    groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
+    return {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups, "home": entry.pw_dir}
+
+
+def remove_firewall(module, job_id):
+    """Delete the job's nftables table when it exists; its name, or None."""
+    nft = module.get_bin_path("nft")
+    if not nft or os.geteuid() != 0:
+        return None
+    rc, out, _err = module.run_command([nft, "-j", "list", "tables"])
+    try:
+        tables = job_tables(parse_tables(out), job_id) if rc == 0 else []
+    except ValueError:
+        tables = []
+    if not tables or module.check_mode:
+        return tables[0] if tables else None
+    rc, _out, err = module.run_command([nft, "-f", "-"], data=render_delete(tables[0]), binary_data=True)
+    if rc != 0:
+        module.fail_json(msg="job %s: cannot delete nftables table %s on %s: %s"
+                             % (job_id, tables[0], socket.gethostname(), err.strip()))
+    return tables[0]
+
+
+def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
+    """Block until result.json exists, the supervisor is gone, the deadline passed (the job is
+    stopped: ``gave_up``) or this node's ranks succeeded and torchrun sat in its exit barrier for
+    ``barrier_grace`` s (stopped: ``barrier_abandoned``) -> (gave_up, barrier_abandoned)."""
+    result_file = os.path.join(job_dir, "result.json")
+    log_file = os.path.join(job_dir, "torchrun.log")
+    deadline = job["start"] + timeout + grace + 30 if timeout else None
+    local_done = None
+    while not os.path.exists(result_file):
+        if not job_alive(job.get("pid"), job_id, job_dir, job.get("start")):
+            time.sleep(poll)
+            if not os.path.exists(result_file):
+                break
+        if deadline and time.time() > deadline:
+            stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+            return True, False
+        # This node's ranks all succeeded and torchrun only waits in its exit barrier for
+        # the other agents; an agent that failed never arrives (torch waits 300 s).
+        if local_done is None and local_workers_succeeded(read_tail(log_file)):
+            local_done = time.time()
+        if local_done and time.time() - local_done > barrier_grace:
+            stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+            return False, True
+        time.sleep(poll)
+    return False, False
+
+
+def wait(module, job_id, job_dir, job, result, host):
+    p = module.params
+    timeout = p["timeout"] or job.get("timeout") or 0
+    grace = job.get("stop_grace", p["stop_grace"])
+    gave_up, abandoned = wait_for_end(job_id, job_dir, job, timeout, grace, p["exit_barrier_grace"])
+    data = read_json(os.path.join(job_dir, "result.json"))
+    result.update(collect(job_dir, job, data, p["tail_lines"], host))
+    # Nothing of the job may outlive it on this node: what the supervisor's SIGTERM left is stopped
+    # here (SIGKILL after the grace), so the play needs no separate stop round trip.
+    killed, survivors = stop_job(job_id, grace=grace, job_dir=job_dir)
+    result.update(killed=killed, survivors=describe(survivors),
+                  firewall_table=remove_firewall(module, job_id) or result.get("firewall_table"))
+    if survivors:
+        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
+                             % (job_id, len(survivors), host, result["survivors"]), **result)
+    failed, msg, warning = verdict(dict(job, job_id=job_id), host, job_dir, result, data, gave_up, abandoned,
+                                   timeout, p["exit_barrier_grace"])
+    if warning:
+        module.warn(warning)
+    if failed:
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)

@@ -1,0 +1,286 @@
+"""Unit tests for plugins/module_utils/_torchrun_job.py (the torchrun module's job logic) and
+_torchrun_collect.py, on recorded job directories.
+
+tests/fixtures/torchrun/jobs/ holds two job directories copied from real runs of
+`ansible-playbook train.yml --skip-tags prepare,nccl` (embedded default: one node,
+2 CPU ranks, torch 2.13.0+cpu, train_user mtrain):
+  ok_1node/   the smoke job with DeepSpeed ZeRO-2, succeeded;
+  fail_rank1/ the smoke job with `--skip-deepspeed --fail-rank 1`: rank 1 raised at step 1.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import TorchrunError
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import collect, rank_dirs, read_json
+from tests.unit.conftest import FIXTURES
+
+JOBS = FIXTURES / "torchrun" / "jobs"
+
+
+def job_copy(tmp_path, name):
+    target = tmp_path / name
+    shutil.copytree(str(JOBS / name), str(target))
+    return str(target)
+
+
+def load(job_dir, name):
+    return read_json(os.path.join(job_dir, name))
+
+
+# ------------------------------------------------------------------ collect on recorded job directories
+
+def test_rank_dirs_of_a_recorded_job():
+    dirs = rank_dirs(str(JOBS / "ok_1node"))
+    assert sorted(dirs) == [0, 1]
+    assert dirs[1].endswith(os.path.join("attempt_0", "1"))
+
+
+def test_collect_success():
+    job_dir = str(JOBS / "ok_1node")
+    out = collect(job_dir, load(job_dir, "job.json"), load(job_dir, "result.json"), 10, "vm")
+    assert out["rc"] == 0 and out["world_size"] == 2 and out["group_rank"] == 0
+    assert [(r["local_rank"], r["rank"], r["state"]) for r in out["ranks"]] == [(0, 0, "succeeded"), (1, 1, "succeeded")]
+    assert out["failures"] == [] and "root_cause" not in out
+    assert out["duration"] == pytest.approx(26.904, abs=0.01)
+    assert all(os.path.isfile(r["stdout"]) for r in out["ranks"])
+
+
+def test_collect_failure_names_rank_message_and_tail():
+    job_dir = str(JOBS / "fail_rank1")
+    out = collect(job_dir, load(job_dir, "job.json"), load(job_dir, "result.json"), 5, "vm")
+    assert out["rc"] == 1
+    assert out["root_cause"]["rank"] == 1 and out["root_cause"]["exitcode"] == 1
+    assert out["root_cause"]["message"] == "RuntimeError: injected failure on rank 1 at step 1"
+    assert out["root_cause"]["peer"] is False
+    assert out["root_cause_line"] == "rank 1 (local_rank 1) on vm exited 1: RuntimeError: injected failure on rank 1 at step 1"
+    assert out["root_cause"]["error_file"].endswith(os.path.join("attempt_0", "1", "error.json"))
+    assert len(out["log_tail"].splitlines()) == 5 and "injected failure" in out["log_tail"]
+    states = {r["local_rank"]: r["state"] for r in out["ranks"]}
+    assert states[1] == "failed"
+
+
+def test_collect_without_result_json_reports_unknown():
+    job_dir = str(JOBS / "ok_1node")
+    out = collect(job_dir, load(job_dir, "job.json"), None, 5, "vm")
+    assert out["rc"] is None and out["duration"] is None
+    assert out["root_cause"] is None and out["root_cause_line"] == "torchrun failed on vm (no rank failure recorded; see torchrun.log)"
+
+
+# ------------------------------------------------------------------ verdict
+
+def _collected(name):
+    job_dir = str(JOBS / name)
+    job = load(job_dir, "job.json")
+    data = load(job_dir, "result.json")
+    return job, job_dir, data, collect(job_dir, job, data, 5, "vm")
+
+
+def test_verdict_success():
+    job, job_dir, data, result = _collected("ok_1node")
+    assert job_mod.verdict(job, "vm", job_dir, result, data, False, False, 3600, 30) == (False, None, None)
+    assert result["exit_barrier_abandoned"] is False
+
+
+def test_verdict_failure_message_names_rank_and_error():
+    job, job_dir, data, result = _collected("fail_rank1")
+    failed, msg, warning = job_mod.verdict(job, "vm", job_dir, result, data, False, False, 3600, 30)
+    assert failed and warning is None
+    assert msg == ("job fixture-fail-1 failed on vm: rank 1 (local_rank 1) on vm exited 1: "
+                   "RuntimeError: injected failure on rank 1 at step 1")
+
+
+def test_verdict_missing_result_names_supervisor_and_log():
+    job, job_dir, _data, result = _collected("ok_1node")
+    failed, msg, _warning = job_mod.verdict(job, "vm", job_dir, result, None, False, False, 3600, 30)
+    assert failed and "supervisor (pid %s) ended without recording a result" % job["pid"] in msg
+    assert msg.endswith(job_dir + "/torchrun.log")
+
+
+def test_verdict_gave_up_is_a_timeout():
+    job, job_dir, data, result = _collected("ok_1node")
+    failed, msg, _warning = job_mod.verdict(job, "vm", job_dir, result, None, True, False, 60, 30)
+    assert failed and msg == "job fixture-ok-14063 timed out after 60s on vm and was stopped"
+    assert result["timed_out"] is True
+
+
+def test_verdict_abandoned_barrier_without_failures_is_success_with_warning():
+    job, job_dir, data, result = _collected("ok_1node")
+    result.update(rc=-15, stopped=True)
+    for entry in result["ranks"]:
+        entry.update(state="terminated", exitcode=-15)
+    failed, msg, warning = job_mod.verdict(job, "vm", job_dir, result, data, False, True, 3600, 30)
+    assert not failed and msg is None and "exit barrier was abandoned after 30s" in warning
+    assert result["rc"] == 0 and {r["state"] for r in result["ranks"]} == {"succeeded"}
+
+
+def test_verdict_abandoned_barrier_with_a_failure_still_fails():
+    job, job_dir, data, result = _collected("fail_rank1")
+    failed, msg, warning = job_mod.verdict(job, "vm", job_dir, result, data, False, True, 3600, 30)
+    assert failed and "injected failure" in msg and warning is None
+
+
+def test_verdict_stopped_without_failures():
+    job, job_dir, data, result = _collected("ok_1node")
+    result.update(rc=-15, stopped=True)
+    failed, msg, _warning = job_mod.verdict(job, "vm", job_dir, result, dict(data, rc=-15), False, False, 0, 30)
+    assert failed and msg == "job fixture-ok-14063 was stopped on vm (rc -15)"
+
+
+# ------------------------------------------------------------------ environment, GPUs, argv
+
+def test_build_env_files_then_env_then_markers(tmp_path):
+    extra = tmp_path / "extra.env"
+    extra.write_text("NCCL_DEBUG=WARN\nHF_TOKEN=s3cr3t\n")
+    env, secrets = job_mod.build_env([str(FIXTURES / "torchrun" / "nccl.env"), str(extra)],
+                                     {"A": 1, "B": None, "API_KEY": "k"}, "j1", "/logs/j1",
+                                     {"PATH": "/usr/bin", "NCCL_DEBUG": "TRACE"})
+    assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
+    assert env["NCCL_DEBUG"] == "WARN"  # the later file wins over the first and over the node's environment
+    assert env["A"] == "1" and env["B"] == "" and env["PATH"] == "/usr/bin"
+    assert env["MULTINODE_TRAINING_JOB"] == "j1" and env["MULTINODE_TRAINING_JOB_DIR"] == "/logs/j1"
+    assert env["TORCHELASTIC_ERROR_FILE"] == "/logs/j1/torchrun_error.json"
+    assert env["LOGLEVEL"] == "INFO" and env["PYTHONUNBUFFERED"] == "1"
+    assert sorted(secrets) == ["k", "s3cr3t"]
+
+
+def test_build_env_keeps_a_loglevel_the_user_set():
+    env, secrets = job_mod.build_env([], {"LOGLEVEL": "WARNING"}, "j", "/d", {"PYTHONUNBUFFERED": "0"})
+    assert env["LOGLEVEL"] == "WARNING" and env["PYTHONUNBUFFERED"] == "0" and secrets == []
+
+
+def test_build_env_refuses_missing_file_and_bad_names(tmp_path):
+    with pytest.raises(TorchrunError, match="env_files: /nonexistent.env does not exist"):
+        job_mod.build_env(["/nonexistent.env"], {}, "j", "/d", {})
+    bad = tmp_path / "bad.env"
+    bad.write_text("this is not an assignment\n")
+    with pytest.raises(TorchrunError, match="^env_files: .*bad.env"):
+        job_mod.build_env([str(bad)], {}, "j", "/d", {})
+    with pytest.raises(TorchrunError, match="is not a variable name"):
+        job_mod.build_env([], {"BAD KEY": "1"}, "j", "/d", {})
+
+
+@pytest.mark.parametrize("fixture, expected", [
+    ("nvidia-smi-L_8gpu.txt", 8), ("nvidia-smi-L_1gpu_mig.txt", 1), ("nvidia-smi-L_none.txt", 0),
+])
+def test_gpu_count_from_nvidia_smi(fixture, expected):
+    text = (FIXTURES / "torchrun" / fixture).read_text()
+    assert job_mod.gpu_count(0, text, proc_gpus="/nonexistent") == expected
+
+
+def test_gpu_count_falls_back_to_the_driver_then_zero(tmp_path):
+    for name in ("0000:3b:00.0", "0000:5e:00.0"):
+        (tmp_path / name).mkdir()
+    assert job_mod.gpu_count(None, "", proc_gpus=str(tmp_path)) == 2
+    assert job_mod.gpu_count(9, "garbage", proc_gpus=str(tmp_path / "none")) == 0
+
+
+def test_supervisor_and_keeper_argv():
+    argv = job_mod.supervisor_argv("/venv/bin/python", "/logs/j", "j", 60, 15, "", ["/venv/bin/python", "-m", "x"])
+    assert argv == ["/venv/bin/python", "/logs/j/supervisor.py", "/logs/j", "j", "60", "15", "/logs/j", "--",
+                    "/venv/bin/python", "-m", "x"]
+    keeper = job_mod.keeper_argv("/usr/bin/python3", "/usr/sbin/nft", 42, "/logs/j/result.json", 60, "r", "d")
+    # root's keeper never runs a file of the job directory (its user may write there)
+    assert keeper[:2] == ["/usr/bin/python3", "-c"] and "def keep(" in keeper[2]
+    assert keeper[3:] == ["keep", "/usr/sbin/nft", "42", "/logs/j/result.json", "60", "r", "d"]
+
+
+def test_write_json_is_atomic_and_sets_mode(tmp_path):
+    path = str(tmp_path / "job.json")
+    job_mod.write_json(path, {"b": 1, "a": 2}, 0o640)
+    assert json.load(open(path)) == {"a": 2, "b": 1}
+    assert oct(os.stat(path).st_mode & 0o777) == "0o640" and not os.path.exists(path + ".tmp")
+
+
+def test_read_tail(tmp_path):
+    path = tmp_path / "log"
+    path.write_text("x" * 100 + "END")
+    assert job_mod.read_tail(str(path), 3) == "END"
+    assert job_mod.read_tail(str(tmp_path / "missing")) == ""
+
+
+# ------------------------------------------------------------------ liveness and waiting (real processes)
+
+def _start_supervisor(job_dir, job_id, argv, timeout=0):
+    env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=job_dir)
+    log = open(os.path.join(job_dir, "torchrun.log"), "ab")
+    try:
+        return subprocess.Popen([sys.executable, sup.__file__, job_dir, job_id, str(timeout), "1", job_dir, "--"] + argv,
+                                env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+    finally:
+        log.close()
+
+
+def test_job_alive(tmp_path):
+    job_dir = str(tmp_path / "alive")
+    os.makedirs(job_dir)
+    job_id = "alive-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        deadline = time.time() + 10
+        while popen.pid not in sup.find_job_processes(job_id, job_dir=job_dir) and time.time() < deadline:
+            time.sleep(0.1)
+        assert job_mod.job_alive(popen.pid, job_id, job_dir)
+        assert not job_mod.job_alive(popen.pid, job_id, job_dir + "-other")  # the pid is not this job's
+        # a live pid without the marker counts only right after the spawn
+        other = os.getpid()
+        assert job_mod.job_alive(other, job_id, job_dir, started=time.time())
+        assert not job_mod.job_alive(other, job_id, job_dir, started=time.time() - 60)
+    finally:
+        os.killpg(popen.pid, 15)
+        popen.wait(timeout=20)
+    assert not job_mod.job_alive(popen.pid, job_id, job_dir)
+    assert not job_mod.job_alive(None, job_id, job_dir)
+
+
+def test_wait_for_end_returns_at_once_for_a_recorded_finished_job(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    job = load(job_dir, "job.json")
+    started = time.time()
+    assert job_mod.wait_for_end(job["job_id"], job_dir, job, 3600, 15, 30) == (False, False)
+    assert time.time() - started < 1
+
+
+def test_wait_for_end_abandons_the_exit_barrier_when_local_ranks_succeeded(tmp_path):
+    """torchrun.log says the local worker group succeeded while the agent waits for other nodes:
+    after barrier_grace the job is stopped and reported as an abandoned barrier."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    os.remove(os.path.join(job_dir, "result.json"))
+    job_id = "barrier-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
+        began = time.time()
+        assert job_mod.wait_for_end(job_id, job_dir, job, 0, 1, 1, poll=0.1) == (False, True)
+        assert time.time() - began < 15
+        popen.wait(timeout=20)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+    assert sup.find_job_processes(job_id) == []
+    assert load(job_dir, "result.json")["stopped"] is True
+
+
+def test_wait_for_end_gives_up_after_the_deadline(tmp_path):
+    job_dir = str(tmp_path / "late")
+    os.makedirs(job_dir)
+    job_id = "late-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        # started long ago: timeout 1 + grace 1 + 30 s of slack are over
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
+        assert job_mod.wait_for_end(job_id, job_dir, job, 1, 1, 30, poll=0.1) == (True, False)
+        popen.wait(timeout=20)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+    assert sup.find_job_processes(job_id) == []

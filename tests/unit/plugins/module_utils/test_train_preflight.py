@@ -1,0 +1,157 @@
+"""Unit tests for plugins/module_utils/_train_preflight.py (module train_probe's probe and the
+cross-node comparison behind filter train_preflight_problems) and _train_env_probe.py.
+
+The probe runs for real: this test interpreter stands in for the job's python.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.filter.train_preflight_problems import train_preflight_problems
+from ansible_collections.multinode.training.plugins.module_utils import _train_env_probe
+from ansible_collections.multinode.training.plugins.module_utils import _train_preflight as pre
+
+
+def run(argv):
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory):
+    base = tmp_path_factory.mktemp("probe")
+    script = base / "train.py"
+    script.write_text("print('hi')\n")
+    env = base / "job.env"
+    env.write_text("A=1\n")
+    result = pre.probe_node(sys.executable, run, str(script), str(base),
+                            [{"var": "train_env_files", "path": str(env)},
+                             {"var": "train_nccl_env_file", "path": str(base / "missing.env")}])
+    return result, script
+
+
+def test_probe_node_reads_everything_in_one_go(probe):
+    result, script = probe
+    assert result["python"] == {"path": sys.executable, "executable": True}
+    env = result["environment"]
+    assert env["python"] == sys.version.split()[0]
+    assert any(p.lower().startswith("pytest==") for p in env["packages"])
+    assert set(env) == {"python", "torch", "deepspeed", "ops", "packages"}
+    assert result["script"] == {"path": str(script), "exists": True,
+                                "sha256": hashlib.sha256(b"print('hi')\n").hexdigest()}
+    assert result["chdir"]["isdir"] is True
+    assert [f["exists"] for f in result["env_files"]] == [True, False]
+
+
+def test_probe_node_without_python_or_script(tmp_path):
+    result = pre.probe_node(str(tmp_path / "nope" / "python"), run, str(tmp_path / "x.py"), str(tmp_path / "d"))
+    assert result["python"]["executable"] is False and result["environment"] is None
+    assert result["script"] == {"path": str(tmp_path / "x.py"), "exists": False, "sha256": None}
+    assert result["chdir"]["isdir"] is False and result["env_files"] == []
+    assert pre.probe_node(sys.executable, lambda argv: (1, "", "Traceback\nImportError: x"), None)["probe_error"] \
+        == "rc 1: ['ImportError: x']"
+
+
+def test_env_probe_source_is_the_file_and_prints_the_probe():
+    with open(_train_env_probe.__file__) as handle:
+        assert pre.env_probe_source() == handle.read()
+    rc, out, _err = run([sys.executable, _train_env_probe.__file__])
+    assert rc == 0 and json.loads(out) == _train_env_probe.probe()
+
+
+def node(torch="2.13.0+cpu", deepspeed="0.19.8", ops=("cpu_adam_op",), packages=("torch==2.13.0+cpu",),
+         sha="a" * 64, script_exists=True, executable=True, chdir=None, env_files=()):
+    return {"python": {"path": "/v/bin/python", "executable": executable},
+            "environment": {"python": "3.11.2", "torch": torch, "deepspeed": deepspeed, "ops": list(ops),
+                            "packages": list(packages)} if executable else None,
+            "probe_error": None,
+            "script": {"path": "/c/train.py", "exists": script_exists, "sha256": sha if script_exists else None},
+            "chdir": chdir, "env_files": list(env_files)}
+
+
+HOSTS = ["n1", "n2", "n3"]
+
+
+def test_compare_the_same_everywhere_is_no_problem():
+    assert pre.compare({h: node() for h in HOSTS}, HOSTS, "n1", "/v") == []
+
+
+def test_compare_names_each_problem_with_node_and_variable():
+    probes = {"n1": node(), "n2": node(ops=(), sha="b" * 64, packages=("torch==2.13.0+cpu", "wheel==0.45.1")),
+              "n3": node(executable=False, script_exists=False, chdir={"path": "/w", "isdir": False},
+                         env_files=[{"var": "train_nccl_env_file", "path": "/etc/n.env", "exists": False}])}
+    problems = pre.compare(probes, HOSTS, "n1", "/v")
+    assert problems[0].startswith('n2: train_python="/v/bin/python": its environment {"deepspeed": "0.19.8", '
+                                  '"ops": [], ')
+    assert "differs from n1's" in problems[0]
+    assert problems[1] == ('n2: train_script="/c/train.py": sha256 %s differs from n1\'s %s; valid: the same file on '
+                           'all nodes (train_sync_code copies it)' % ("b" * 64, "a" * 64))
+    assert problems[2].startswith('n3: train_python="/v/bin/python": missing or not executable on this node '
+                                  '(train_venv="/v"); valid:')
+    assert problems[3].startswith('n3: train_script="/c/train.py": missing on this node')
+    assert problems[4].startswith('n3: train_chdir="/w": not a directory on this node')
+    assert problems[5].startswith('n3: train_nccl_env_file="/etc/n.env": missing on this node')
+    assert problems[6] == ("the venvs (/v) differ between the nodes: wheel: wheel==0.45.1 on n2; not installed on n1; "
+                           "valid: the same package set on all nodes (wheel_distribute_requirements / "
+                           "train_requirements install the job's packages on every node; run with tag prepare)")
+    assert len(problems) == 7
+
+
+def test_compare_lacking_torch_or_deepspeed():
+    problems = pre.compare({"n1": node(torch=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v")
+    assert problems == ['n1: train_python="/v/bin/python": lacks torch; valid: the venv that '
+                        'multinode.training.wheel_distribute installs (tag prepare)',
+                        'n2: train_python="/v/bin/python": lacks deepspeed; valid: the venv that '
+                        'multinode.training.wheel_distribute installs (tag prepare), or train_require_deepspeed=false']
+    assert pre.compare({"n1": node(deepspeed=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v",
+                       require_deepspeed=False) == []
+
+
+def test_compare_a_node_without_result_and_a_failed_probe():
+    failed = copy.deepcopy(node())
+    failed.update(environment=None, probe_error="rc 1: ['SyntaxError']")
+    problems = pre.compare({"n1": node(), "n2": failed}, ["n1", "n2", "n3"], "n1")
+    assert problems[0].startswith('n2: train_python="/v/bin/python": the environment probe failed (rc 1:')
+    assert problems[1] == "n3: no preflight probe result (the node did not answer)"
+
+
+def test_compare_a_module_job_has_no_script():
+    probes = {h: dict(node(), script=None) for h in HOSTS}
+    assert pre.compare(probes, HOSTS, "n1") == []
+
+
+def test_filter():
+    assert train_preflight_problems({"n1": node(), "n2": node(sha="c" * 64)}, ("n1", "n2"), "n1")[0].startswith(
+        'n2: train_script="/c/train.py": sha256 ccc')
+
+
+def test_try_connect_reaches_a_listener_and_names_a_refusal():
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        assert pre.try_connect("127.0.0.1", port, 5)["ok"] is True
+    finally:
+        server.close()
+    refused = pre.try_connect("127.0.0.1", port, 1, interval=0.2)
+    assert refused["ok"] is False and "refused" in refused["error"].lower() and refused["seconds"] < 3
+
+
+def test_probe_node_connects_and_compare_names_the_unreachable_node():
+    refused = pre.probe_node(sys.executable, run, None, None, (), {"host": "127.0.0.1", "port": 9, "timeout": 1})
+    assert refused["connect"]["ok"] is False and refused["connect"]["port"] == 9
+    ok = dict(node(), connect={"ok": True, "error": None, "seconds": 0.01, "host": "10.0.0.1", "port": 29400})
+    bad = dict(node(), connect={"ok": False, "error": "timed out", "seconds": 15.2, "host": "10.0.0.1", "port": 29400})
+    problems = pre.compare({"n1": ok, "n2": bad}, ["n1", "n2"], "n1", "/v", interface="eth0.100")
+    assert problems == ['n2: train_rdzv_port=29400: this node cannot connect to the rendezvous address 10.0.0.1:29400 '
+                        '(n1, train_interface="eth0.100") within 15s (timed out); valid: an interface all nodes reach, '
+                        'a port the firewall lets through']
+    assert pre.endpoint("fd00::1", 29400) == "[fd00::1]:29400"
