@@ -1,6 +1,6 @@
 """A job that stays up: gloo init + all-reduce, then a marker file and a pause.
 
-Used by molecule/launch_secure to look at a running job from inside and outside:
+Used by the launch cluster's verify step molecule/default/verify/launch_secure.yml to look at a running job from inside and outside:
 who its ranks run as, who can reach its rendezvous port, where its secrets are.
 Prints whether the secrets arrived (never their values).
 Arguments: --sleep SECONDS (pause after the all-reduce), --exit CODE (global rank 1 exits with it).
