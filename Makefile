@@ -7,8 +7,9 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-# Scenarios are picked up from molecule/*/molecule.yml; override to run a subset:
-#   make molecule SCENARIOS="toolchain_bookworm deepspeed_build"
+# Scenarios are picked up from molecule/*/molecule.yml (`default` is the 3-node launch
+# cluster with one verify step per concern); override to run a subset:
+#   make molecule SCENARIOS="toolchain deepspeed_build"
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
 .PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build molecule clean

@@ -18,9 +18,16 @@ How bytes are counted
   The reference is the payload: N x (wheel + manifest + the wheelhouse's *.whl); a ratio near 1.0
   means every file went to every node exactly once.
 
+No-change re-run (--nochange): the figure for nodes that already hold the verified venv. For each N,
+  the full role runs once (install), then twice more: the second of those is timed (its first run
+  lets a role version record what it checks). With --baseline REV the same is measured for the role
+  as it is at git revision REV (a temporary worktree), on the same containers, right before: both
+  columns under the same conditions. Each timed run must report changed=0.
+
 Prints figures; asserts nothing about time.
 
   .venv/bin/python benchmarks/distribute.py [--nodes 2 4 8] [--full] [--keep]
+  .venv/bin/python benchmarks/distribute.py --nochange --nodes 2 8 [--baseline d164429]
 """
 from __future__ import annotations
 
@@ -95,11 +102,11 @@ def docker(*args, check=True):
     return subprocess.run(["docker", *args], check=check, capture_output=True, text=True)
 
 
-def start_nodes(count):
+def start_nodes(count, image=IMAGE):
     names = ["%s%d" % (PREFIX, i) for i in range(1, count + 1)]
     stop_nodes(names)
     for name in names:
-        docker("run", "-d", "--name", name, "--hostname", name, IMAGE, "sleep", "infinity")
+        docker("run", "-d", "--name", name, "--hostname", name, image, "sleep", "infinity")
     return names
 
 
@@ -119,7 +126,7 @@ def payload_bytes(dist_dir, wheelhouse):
     return sum(f.stat().st_size for f in files), len(files)
 
 
-def role_play(workdir, names):
+def role_play(workdir, names, root=ROOT):
     """Inventory of the containers (docker connection) and a play applying wheel_distribute: the command."""
     inventory = workdir / "inventory.yml"
     inventory.write_text(json.dumps({"all": {"hosts": {n: {"ansible_connection": "community.docker.docker"}
@@ -129,6 +136,71 @@ def role_play(workdir, names):
         "name": "Benchmark wheel_distribute", "hosts": "all", "gather_facts": False,
         "roles": [{"role": "multinode.training.wheel_distribute"}]}]))
     return [str(ROOT / ".venv" / "bin" / "ansible-playbook"), "-i", str(inventory), str(playbook)]
+
+
+def worktree(rev, where):
+    """A checkout of the collection at rev (its own .collections link resolves to it)."""
+    subprocess.run(["git", "worktree", "add", "--detach", "-f", str(where), rev], cwd=str(ROOT), check=True,
+                   capture_output=True)
+    return where
+
+
+def run_tree(root, workdir, names, proxy, args, full=True):
+    """The role from the collection at root (ROOT or a worktree): (seconds, changed)."""
+    cmd = role_play(workdir, names) + [
+        "-e", "wheel_distribute_dist_dir=" + args.dist_dir,
+        "-e", "wheel_distribute_wheelhouse=" + args.wheelhouse]
+    env = dict(os.environ, DOCKER_HOST="unix://" + proxy.path, ANSIBLE_CONFIG=str(root / "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1", PATH=str(ROOT / ".venv" / "bin") + os.pathsep + os.environ.get("PATH", ""))
+    start = time.monotonic()
+    result = subprocess.run(cmd, cwd=str(root), env=env, capture_output=True, text=True, check=False)
+    elapsed = time.monotonic() - start
+    if result.returncode != 0:
+        sys.stderr.write(result.stdout[-4000:] + result.stderr[-2000:])
+        raise SystemExit("ansible-playbook failed (rc=%d) for %d nodes (%s)" % (result.returncode, len(names), root))
+    recap = [line for line in result.stdout.splitlines() if line.startswith(PREFIX)]
+    tasks = max((int(part.split("=")[1]) for line in recap for part in line.split() if part.startswith("ok=")), default=0)
+    skipped = max((int(part.split("=")[1]) for line in recap for part in line.split() if part.startswith("skipped=")),
+                  default=0)
+    return elapsed, changed_total(result.stdout), tasks, skipped
+
+
+def nochange(args, proxy, workdir):
+    """Re-run with nothing to do, per node count: baseline revision (optional) then this tree.
+
+    One node gets the full role (install: torch and the wheel into a release venv) and is committed to an
+    image; every node count starts from that image, so all of them hold the verified venv already.
+    """
+    trees = []
+    if args.baseline:
+        trees.append(("baseline " + args.baseline, worktree(args.baseline, workdir / "baseline")))
+    trees.append(("this tree", ROOT))
+    image = PREFIX + "installed:bench"
+    names = []
+    try:
+        names = start_nodes(1)
+        install, _changed, _t, _s = run_tree(trees[0][1], workdir, names, proxy, args)
+        print("full role on one node (install, %s): %.1f s" % (trees[0][0], install))
+        docker("commit", names[0], image)
+        print("%5s  %-22s  %8s  %13s  %7s" % ("nodes", "role", "rerun s", "ok+skipped", "changed"))
+        for count in args.nodes:
+            names = start_nodes(count, image)
+            for label, root in trees:
+                run_tree(root, workdir, names, proxy, args)  # settles what a role version records
+                elapsed, changed, ok, skipped = run_tree(root, workdir, names, proxy, args)
+                print("%5d  %-22s  %8.1f  %6d+%-6d  %7d" % (count, label, elapsed, ok, skipped, changed))
+                sys.stdout.flush()
+            if not args.keep or count != args.nodes[-1]:
+                stop_nodes(names)
+    finally:
+        if args.baseline:
+            subprocess.run(["git", "worktree", "remove", "--force", str(workdir / "baseline")], cwd=str(ROOT),
+                           check=False, capture_output=True)
+        if not args.keep:
+            stop_nodes(names)
+            docker("rmi", "-f", image, check=False)
+    print("tasks: ok+skipped per node (recap); machine: %d CPUs, load average %s"
+          % (os.cpu_count(), " ".join(open("/proc/loadavg").read().split()[:3])))
 
 
 def changed_total(stdout):
@@ -166,10 +238,20 @@ def main():
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 4, 8])
     parser.add_argument("--full", action="store_true", help="also install, verify and report")
     parser.add_argument("--keep", action="store_true", help="leave the last containers running")
+    parser.add_argument("--nochange", action="store_true", help="time the full role's re-run with nothing to do")
+    parser.add_argument("--baseline", help="with --nochange: also the role at this git revision, same containers")
     parser.add_argument("--dist-dir", default=str(ROOT / "dist"))
     parser.add_argument("--wheelhouse", default=str(ROOT / ".cache" / "wheelhouse"))
     args = parser.parse_args()
 
+    if args.nochange:
+        with tempfile.TemporaryDirectory(prefix="bench-distribute-") as tmp:
+            proxy = CountingProxy(str(pathlib.Path(tmp) / "docker.sock"))
+            try:
+                nochange(args, proxy, pathlib.Path(tmp))
+            finally:
+                proxy.close()
+        return
     payload, nfiles = payload_bytes(args.dist_dir, args.wheelhouse)
     print("payload per node: %d files, %.1f MB (wheel + manifest + wheelhouse *.whl)" % (nfiles, payload / 1e6))
     print("scope: %s; bytes: counted at a proxy on the docker socket (controller -> dockerd)" % (

@@ -19,7 +19,7 @@
 #
 #   bash benchmarks/launch.sh                                # local, docker and ssh at 2 nodes
 #   MODES=ssh NODES="2 8" REPEAT=3 bash benchmarks/launch.sh
-#   PROJECT=/tmp/before MODES=local bash benchmarks/launch.sh   # measure another checkout
+#   PROJECTS="/tmp/before $PWD" REPEAT=3 bash benchmarks/launch.sh   # two checkouts, side by side
 #
 # Needs: docker, the image multinode-training/debian:bookworm (scripts/base_images.sh),
 # .cache/wheelhouse (scripts/wheelhouse.sh), dist/deepspeed-*.whl (build_deepspeed.yml); for
@@ -28,7 +28,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-PROJECT=$(cd "${PROJECT:-$ROOT}" && pwd)
+# The checkouts whose train.yml is measured, each run right after the same by-hand run
+# (before and after a change, side by side under the same load).
+PROJECTS=${PROJECTS:-$ROOT}
 MODES=${MODES:-"local docker ssh"}
 NODES=${NODES:-2}
 REPEAT=${REPEAT:-1}
@@ -44,7 +46,7 @@ SSH_IMAGE=multinode-training/bench-launch:ssh
 PREFIX=bench-launch
 VENV=/opt/multinode-training/venv
 CODE=/opt/multinode-training/code/smoke_train.py
-export PATH=$ROOT/.venv/bin:$PATH ANSIBLE_CONFIG=$PROJECT/ansible.cfg
+export PATH=$ROOT/.venv/bin:$PATH
 WORK=$(mktemp -d /tmp/bench-launch.XXXXXX)
 MAX=0
 for n in $NODES; do [ "$n" -gt "$MAX" ] && MAX=$n; done
@@ -153,8 +155,9 @@ inventory() {  # mode N -> inventory file
   echo "$inv"
 }
 
-with_ansible() {  # mode N run -> seconds
-  local mode=$1 n=$2 run=$3 start inv=() extra=()
+with_ansible() {  # project mode N run -> seconds
+  local project=$1 mode=$2 n=$3 run=$4 start inv=() extra=() log
+  log="$WORK/ansible-$(basename "$project")-$mode-$n-$run.log"
   if [ "$mode" = local ]; then
     extra=(-e "train_cpu_nproc=$LOCAL_NPROC")
   else
@@ -162,10 +165,10 @@ with_ansible() {  # mode N run -> seconds
     extra=(-e train_nccl=false -e "train_cpu_nproc=$NPROC")
   fi
   start=$(now)
-  ansible-playbook "${inv[@]}" "$PROJECT/train.yml" --skip-tags prepare,nccl "${extra[@]}" \
-    -e "train_rdzv_port=$PORT" -e "{\"train_args\": [\"$JOB_ARGS\"]}" -e train_runs_dir="$WORK/runs" \
-    -e train_job_id="ansible-$mode-$n-$run-$RANDOM" >"$WORK/ansible-$mode-$n-$run.log" 2>&1 \
-    || { echo "train.yml run failed: $WORK/ansible-$mode-$n-$run.log" >&2; tail -30 "$WORK/ansible-$mode-$n-$run.log" >&2; exit 1; }
+  ANSIBLE_CONFIG=$project/ansible.cfg ansible-playbook "${inv[@]}" "$project/train.yml" --skip-tags prepare,nccl \
+    "${extra[@]}" -e "train_rdzv_port=$PORT" -e "{\"train_args\": [\"$JOB_ARGS\"]}" -e train_runs_dir="$WORK/runs" \
+    -e train_job_id="ansible-$mode-$n-$run-$RANDOM" >"$log" 2>&1 \
+    || { echo "train.yml run failed: $log" >&2; tail -30 "$log" >&2; exit 1; }
   echo "$(now) - $start" | bc
 }
 
@@ -173,24 +176,40 @@ ssh-keygen -q -t ed25519 -N '' -f "$WORK/id"
 SSH_OPTS=(-i "$WORK/id" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes -o LogLevel=ERROR)
 [ "$MODES" = local ] || prepare_images
 
-echo "project: $PROJECT ($(git -C "$PROJECT" rev-parse --short HEAD 2>/dev/null || echo '?'))"
-printf '%-7s %-6s %-4s %10s %10s %8s\n' mode nodes run by_hand_s train_s added_s
+labels=()
+for project in $PROJECTS; do labels+=("$(git -C "$project" rev-parse --short HEAD 2>/dev/null || basename "$project")"); done
+echo "train.yml of: $(for i in "${!labels[@]}"; do printf '%s=%s ' "${labels[$i]}" "$(echo $PROJECTS | cut -d' ' -f$((i + 1)))"; done)"
+header=$(printf '%-7s %-6s %-6s %9s' mode nodes run by_hand)
+for label in "${labels[@]}"; do header+=$(printf ' %9s %9s' "$label" "+$label"); done
+echo "$header"
 for mode in $MODES; do
   sizes=$NODES
   [ "$mode" = local ] && sizes=1
   [ "$mode" = local ] || start_nodes "$mode"
   for n in $sizes; do
-    hands=() anss=() adds=()
+    declare -A col=()
+    hands=()
     for run in $(seq 1 "$REPEAT"); do
       hand=$(by_hand "$mode" "$n" "$run")
-      ans=$(with_ansible "$mode" "$n" "$run")
-      add=$(echo "$ans - $hand" | bc)
-      hands+=("$hand") anss+=("$ans") adds+=("$add")
-      printf '%-7s %-6s %-4s %10.2f %10.2f %8.2f\n' "$mode" "$n" "$run" "$hand" "$ans" "$add"
+      hands+=("$hand")
+      line=$(printf '%-7s %-6s %-6s %9.2f' "$mode" "$n" "$run" "$hand")
+      i=0
+      for project in $PROJECTS; do
+        ans=$(with_ansible "$project" "$mode" "$n" "$run")
+        add=$(echo "$ans - $hand" | bc)
+        col[t$i]+="$ans " col[a$i]+="$add "
+        line+=$(printf ' %9.2f %9.2f' "$ans" "$add")
+        i=$((i + 1))
+      done
+      echo "$line"
     done
-    printf '%-7s %-6s %-4s %10.2f %10.2f %8.2f\n' "$mode" "$n" median "$(echo "${hands[*]}" | median)" \
-      "$(echo "${anss[*]}" | median)" "$(echo "${adds[*]}" | median)"
+    line=$(printf '%-7s %-6s %-6s %9.2f' "$mode" "$n" median "$(echo "${hands[*]}" | median)")
+    for i in "${!labels[@]}"; do
+      line+=$(printf ' %9.2f %9.2f' "$(echo "${col[t$i]}" | median)" "$(echo "${col[a$i]}" | median)")
+    done
+    echo "$line"
+    unset col
   done
 done
-echo "(job: smoke_train.py $JOB_ARGS; containers: $NPROC process(es) per node, local: $LOCAL_NPROC;" \
-  "forks=$(ansible-config dump 2>/dev/null | sed -n 's/^DEFAULT_FORKS.*= //p'); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+echo "(seconds; +<commit>: train.yml minus by hand. job: smoke_train.py $JOB_ARGS; containers: $NPROC process(es)" \
+  "per node, local: $LOCAL_NPROC; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -137,7 +137,7 @@ class ActionModule(ActionBase):
             values, problems, later = self._values(roles, raws[host], pattern is not None)
             deferred.update(later)
             ctx = {"hosts": hosts if pattern is not None else list(task_vars.get("ansible_play_hosts_all") or hosts),
-                   "host": host, "notes": []}
+                   "host": host, "notes": [], "ssh_ports": [raws[host].get("ansible_port", 22)]}
             problems.extend(_validate.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))
             per_host[host] = problems
             notes.extend(n for n in ctx["notes"] if n not in notes)

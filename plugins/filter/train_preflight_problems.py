@@ -8,12 +8,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.multinode.training.plugins.module_utils._train_preflight import compare
 
 
-def train_preflight_problems(probes, hosts, first, venv="", require_deepspeed=True):
+def train_preflight_problems(probes, hosts, first, venv="", require_deepspeed=True, interface=""):
     """{node: train_probe result} -> problem lines."""
     if not isinstance(probes, dict):
         raise AnsibleFilterError("train_preflight_problems expects {node: train_probe result}, got %s"
                                  % type(probes).__name__)
-    return compare(probes, list(hosts), first, venv, bool(require_deepspeed))
+    return compare(probes, list(hosts), first, venv, bool(require_deepspeed), interface or "")
 
 
 class FilterModule:

@@ -148,3 +148,48 @@ def plan_gcc(requested, available, standard, nvcc_release=None, nvcc_max=None, d
             % (version, version, version, ", ".join(map(str, available)) or "none",
                ", ".join(map(str, fits)) or "none (add a repository that carries one of %s)" % window))
     return version
+
+
+# --------------------------------------------------------------------------- what is installed (no-change probe)
+
+def parse_dpkg_status(dpkg_query_output):
+    """`dpkg-query -W -f '${Package} ${Status}\\n' ...` -> the set of packages installed."""
+    installed = set()
+    for line in (dpkg_query_output or "").splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[-3:] == ["install", "ok", "installed"]:
+            installed.add(parts[0].split(":")[0])
+    return installed
+
+
+def parse_alternative(query_output):
+    """`update-alternatives --query gcc` -> {value, alternatives: {path: {priority, slaves: {name: path}}}}."""
+    result = {"value": None, "alternatives": {}}
+    current = None
+    in_slaves = False
+    for line in (query_output or "").splitlines():
+        if line.startswith("Value:"):
+            result["value"] = line.split(":", 1)[1].strip()
+        elif line.startswith("Alternative:"):
+            current = {"priority": None, "slaves": {}}
+            result["alternatives"][line.split(":", 1)[1].strip()] = current
+            in_slaves = False
+        elif current is not None and line.startswith("Priority:"):
+            current["priority"] = int(line.split(":", 1)[1].strip())
+        elif current is not None and line.startswith("Slaves:"):
+            in_slaves = True
+        elif current is not None and in_slaves and line.startswith(" "):
+            name, _sep, path = line.strip().partition(" ")
+            current["slaves"][name] = path.strip()
+        else:
+            in_slaves = False
+    return result
+
+
+def alternative_selected(query_output, gcc, priority):
+    """gcc-N is registered at `priority` with g++-N as its slave, and selected."""
+    parsed = parse_alternative(query_output)
+    want = "/usr/bin/gcc-%s" % gcc
+    entry = parsed["alternatives"].get(want) or {}
+    return (parsed["value"] == want and entry.get("priority") == int(priority)
+            and entry.get("slaves", {}).get("g++") == "/usr/bin/g++-%s" % gcc)

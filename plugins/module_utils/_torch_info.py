@@ -9,7 +9,9 @@ wheels a default Linux torch depends on), or from a torch already in the venv.
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 
 from ansible_collections.multinode.training.plugins.module_utils._toolchain import parse_version
 
@@ -81,3 +83,58 @@ def resolve_accelerator(requested, nvcc_release, torch, host, requirement):
         raise TorchError("deepspeed_build_accelerator=cuda cannot build on %s: %s. Valid choices here: %s."
                          % (host, "; ".join(problems), "'cpu' or 'auto'"))
     return "cuda"
+
+
+# --------------------------------------------------------------------------- resolution on the build host
+
+_INSTALLED = ("import json, importlib.util\n"
+              "if importlib.util.find_spec('torch') is None: print('null')\n"
+              "else:\n"
+              "    import torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda}))\n")
+
+
+def resolve(module, p, installed_first=None):
+    """{resolved, version, cuda, source} or {resolved: False, reason}; refusals through module.fail_json.
+
+    p: requirement, python, venv_python, pip_args. installed_first(venv_python) may answer for a torch
+    already in the venv without importing it (deepspeed_build_probe reads its dist-info).
+    """
+    tried = []
+    interpreters = []
+    if p["venv_python"] and os.access(p["venv_python"], os.X_OK):
+        found = installed_first(p["venv_python"]) if installed_first else None
+        if found is None:
+            rc, out, err = module.run_command([p["venv_python"], "-c", _INSTALLED])
+            if rc == 0 and out.strip() not in ("", "null"):
+                found = json.loads(out)
+        if found:
+            return dict(resolved=True, source="installed", **found)
+        interpreters.append(p["venv_python"])
+    base = module.get_bin_path(p["python"]) if not os.path.isabs(p["python"]) else p["python"]
+    if not base or not os.access(base, os.X_OK):
+        # The interpreter the build venv is made from: nothing can work without it.
+        module.fail_json(msg="deepspeed_build_python=%s: %s on %s; valid: python3 or the absolute path of an "
+                             "interpreter on the build host" % (json.dumps(p["python"]), "not found on PATH"
+                                                                if not base else "missing or not executable",
+                                                                socket.gethostname()))
+    interpreters.append(base)
+    for python in interpreters:
+        argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--no-deps",
+                "--disable-pip-version-check", "--report", "-", p["requirement"]] + p["pip_args"]
+        rc, out, err = module.run_command(argv)
+        if rc != 0 and "externally-managed-environment" in err:
+            # A dry run installs nothing, so PEP 668's guard does not apply to it.
+            rc, out, err = module.run_command(argv + ["--break-system-packages"])
+        if rc == 0 and out.strip().startswith("{"):
+            try:
+                found = from_pip_report(out)
+            except (ValueError, TorchError) as exc:
+                module.fail_json(msg=str(exc))
+            return dict(resolved=True, **found)
+        last = (err.strip().splitlines() or ["rc=%d" % rc])[-1]
+        if "No matching distribution" in err or "Could not find a version" in err:
+            module.fail_json(msg="deepspeed_build_torch_requirement=%r: pip finds no such torch: %s"
+                             % (p["requirement"], last))
+        tried.append("%s: %s" % (python, last))
+    return dict(resolved=False,
+                reason="no pip could resolve it yet (%s)" % ("; ".join(tried) or "no interpreter found"))

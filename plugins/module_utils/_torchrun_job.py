@@ -541,6 +541,14 @@ def wait(module, job_id, job_dir, job, result, host):
     data = read_json(os.path.join(job_dir, "result.json"))
     result.update(collect(job_dir, job, data, p["tail_lines"], host))
     add_watch_state(job_dir, result)
+    # Nothing of the job may outlive it on this node: what the supervisor's SIGTERM left is stopped
+    # here (SIGKILL after the grace), so the play needs no separate stop round trip.
+    killed, survivors = stop_job(job_id, grace=grace, job_dir=job_dir)
+    result.update(killed=killed, survivors=describe(survivors),
+                  firewall_table=remove_firewall(module, job_id) or result.get("firewall_table"))
+    if survivors:
+        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
+                             % (job_id, len(survivors), host, result["survivors"]), **result)
     failed, msg, warning = verdict(dict(job, job_id=job_id), host, job_dir, result, data, gave_up, abandoned,
                                    timeout, p["exit_barrier_grace"])
     if warning:

@@ -56,6 +56,8 @@ def stop_job(job_id, pgid=None, grace=15.0, proc="/proc", exclude=(), job_dir=No
     Returns ``(signalled pids, survivors)``; survivors is empty when nothing of the job is left.
     """
     signalled = set(find_job_processes(job_id, proc, exclude, job_dir))
+    if not signalled and not pgid:
+        return [], []
     if pgid:
         _signal(pgid, signal.SIGTERM, group=True)
     for pid in signalled:

@@ -14,6 +14,8 @@ import hashlib
 import inspect
 import json
 import os
+import socket
+import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_env_probe
 from ansible_collections.multinode.training.plugins.module_utils._package_set import differences
@@ -34,11 +36,28 @@ def sha256(path, chunk=1 << 20):
     return digest.hexdigest()
 
 
-def probe_node(python, run, script=None, chdir=None, env_files=()):
+def try_connect(host, port, timeout, interval=1.0):
+    """TCP connect to host:port, retried every ``interval`` s for up to ``timeout`` s -> {ok, error, seconds}."""
+    start = time.time()
+    error = None
+    while True:
+        try:
+            sock = socket.create_connection((host, int(port)), timeout=max(1.0, min(5.0, timeout)))
+            sock.close()
+            return {"ok": True, "error": None, "seconds": round(time.time() - start, 3)}
+        except (OSError, ValueError) as exc:
+            error = str(exc)
+        if time.time() - start + interval > timeout:
+            return {"ok": False, "error": error, "seconds": round(time.time() - start, 3)}
+        time.sleep(interval)
+
+
+def probe_node(python, run, script=None, chdir=None, env_files=(), connect=None):
     """Everything preflight compares, from this node.
 
     ``run(argv) -> (rc, stdout, stderr)`` runs the job's python; ``env_files`` is a list of
-    {var, path}. Never raises for what it finds: problems are for ``compare``.
+    {var, path}; ``connect`` ({host, port, timeout}) is the rendezvous address to reach over TCP.
+    Never raises for what it finds: problems are for ``compare``.
     """
     out = {"python": {"path": python, "executable": bool(python) and os.path.isfile(python)
                       and os.access(python, os.X_OK)},
@@ -59,6 +78,11 @@ def probe_node(python, run, script=None, chdir=None, env_files=()):
     out["chdir"] = {"path": chdir, "isdir": os.path.isdir(chdir)} if chdir else None
     out["env_files"] = [{"var": f.get("var"), "path": f.get("path"), "exists": os.path.isfile(f.get("path") or "")}
                         for f in env_files or []]
+    if connect:
+        out["connect"] = dict(try_connect(connect["host"], connect["port"], float(connect.get("timeout") or 15)),
+                              host=connect["host"], port=int(connect["port"]))
+    else:
+        out["connect"] = None
     return out
 
 
@@ -67,10 +91,15 @@ def _env(probe):
     return {key: environment.get(key) for key in ENV_KEYS}
 
 
-def compare(probes, hosts, first, venv="", require_deepspeed=True):
+def endpoint(host, port):
+    return "[%s]:%s" % (host, port) if ":" in str(host) else "%s:%s" % (host, port)
+
+
+def compare(probes, hosts, first, venv="", require_deepspeed=True, interface=""):
     """{node: probe_node()} -> problem lines (empty: every node is ready and the same).
 
-    ``hosts`` gives the order of the nodes, ``first`` the node the others are compared with.
+    ``hosts`` gives the order of the nodes, ``first`` the node the others are compared with (it
+    hosts the rendezvous), ``interface`` its train_interface, for messages.
     """
     j = json.dumps
     problems = []
@@ -121,6 +150,12 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True):
                 problems.append("%s: %s=%s: missing on this node; valid: existing KEY=VALUE files (the NCCL file comes "
                                 "from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)"
                                 % (host, entry["var"], j(entry["path"])))
+        reach = probe.get("connect")
+        if reach and not reach["ok"]:
+            problems.append("%s: train_rdzv_port=%s: this node cannot connect to the rendezvous address %s (%s, "
+                            "train_interface=%s) within %ss (%s); valid: an interface all nodes reach, a port the "
+                            "firewall lets through" % (host, reach["port"], endpoint(reach["host"], reach["port"]), first,
+                                                       j(interface), int(reach["seconds"]), reach["error"]))
     if len(packages) > 1:
         diff = differences(packages)
         if diff:

@@ -67,7 +67,7 @@ def check_access(results):
     lines = []
     for item in results:
         if not item.get("ok"):
-            lines.append("cannot %s %s=%s as the job's user (%s)" % (
+            lines.append("cannot %s %s=%s (%s)" % (
                 {"x": "execute", "r": "read", "w": "write", "rx": "enter"}.get(item["need"], item["need"]),
                 item["var"], item["path"], item.get("error") or "permission denied"))
     return lines
@@ -88,7 +88,7 @@ def parse_sshd_ports(text):
 def port_problem(port, ssh_ports):
     """A rendezvous port that is ssh's: the job would fail to bind it, a guard rule would lock out ssh."""
     if int(port) in set(int(p) for p in ssh_ports):
-        return ("train_rdzv_port=%s collides with ssh (ports %s on this node); valid: a free port in "
+        return ("train_rdzv_port=%s: collides with ssh (ports %s on this node); valid: a free port in "
                 "1024-65535 other than ssh's, e.g. 29400" % (port, ",".join(str(p) for p in sorted(ssh_ports))))
     return None
 

@@ -18,6 +18,7 @@ import json
 import os
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils import _manifest as manifest_schema
 from ansible_collections.multinode.training.plugins.module_utils._validate import (
     Problem,
     check_env_mapping,
@@ -28,8 +29,8 @@ from ansible_collections.multinode.training.plugins.module_utils._validate impor
     show,
 )
 
-MANIFEST_KEYS = ("schema", "wheel", "wheel_sha256", "deepspeed", "accelerator", "python", "torch", "ops")
 VERSION_RE = r"^v?[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+-]*)$"
+USERNAME_RE = r"^[a-z_][a-z0-9_-]{0,30}\$?$"
 CUDA_ARCH_TOKEN_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
 
 
@@ -220,6 +221,36 @@ def _not_root(variable, value, values, ctx):
     return []
 
 
+def _ssh_port(variable, value, values, ctx):
+    """A rendezvous port that is ssh's (22, or this host's ansible_port): the job would not bind it, and the
+    rendezvous guard (train_firewall) would lock the other hosts out of ssh."""
+    ssh = sorted(set([22] + [int(p) for p in ctx.get("ssh_ports") or [] if is_int(p)]))
+    if is_int(value) and int(value) in ssh:
+        return [Problem(variable, value, "collides with ssh (port %s)" % ", ".join(str(p) for p in ssh),
+                        "a free port in 1024-65535 other than ssh's, e.g. 29400")]
+    return []
+
+
+def _train_user(variable, value, values, ctx):
+    """root needs train_allow_root; any other name must be able to be an account."""
+    name = str(value).strip()
+    allow = values.get("train_allow_root", False)
+    if name == "root" and not (allow is True or str(allow).lower() in ("true", "yes", "1")):
+        return [Problem(variable, value, "the job (your script and everything it imports) would run as root",
+                        "an unprivileged account (empty: mtrain, created by the role), or train_allow_root: true")]
+    if name and name != "root" and not re.match(USERNAME_RE, name):
+        return [Problem(variable, value, "cannot be created, not a valid account name",
+                        "empty (mtrain) or 1-32 of lower-case letters, digits, _ and -, starting with a letter or _")]
+    return []
+
+
+def _firewall(variable, value, values, ctx):
+    if str(value).strip().lower() not in ("auto", "true", "false", "yes", "no", "on", "off", "1", "0"):
+        return [Problem(variable, value, "not auto or a boolean",
+                        "auto (on where nftables works), true (required), false (off)")]
+    return []
+
+
 def _deepspeed_source(variable, value, values, ctx):
     """What each source type needs (checked on deepspeed_build_source, naming the variable at fault)."""
     problems = []
@@ -266,20 +297,13 @@ def _manifest(variable, value, values, ctx):
 def check_manifest_file(name, path):
     valid = "a wheel manifest written by build_deepspeed.yml (docs/manifest.md)"
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except (IOError, OSError) as exc:
-        return [Problem(name, path, "cannot be read on the controller (%s)" % (exc.strerror or exc), valid)]
-    try:
-        data = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return [Problem(name, path, "is not UTF-8 text", valid)]
-    except ValueError as exc:
-        return [Problem(name, path, "is not valid JSON (%s; truncated?)" % (getattr(exc, "msg", None) or exc), valid)]
-    if not isinstance(data, dict):
-        return [Problem(name, path, "holds JSON %s, not an object" % type(data).__name__, valid)]
-    missing = [k for k in MANIFEST_KEYS if k not in data]
-    if missing or data.get("schema") != 1:
+        data = manifest_schema.read(path)
+    except manifest_schema.ManifestError as exc:
+        # "manifest <path> <what>": the Problem names the path itself.
+        return [Problem(name, path, str(exc).replace("manifest %s " % path, "", 1).replace(
+            "cannot be read (", "cannot be read on the controller ("), valid)]
+    missing = manifest_schema.missing_keys(data)
+    if missing or data.get("schema") != manifest_schema.SCHEMA:
         what = "is not a schema 1 manifest (missing: %s; schema %s)" % (
             ", ".join(missing) or "none", show(data.get("schema")))
         return [Problem(name, path, what, valid)]
@@ -292,7 +316,11 @@ RULES = {
     "train_nnodes": [_nnodes],
     "train_nproc_per_node": [_nproc],
     "train_cpu_nproc": [_range(1)],
-    "train_rdzv_port": [_range(1, 65535)],
+    "train_rdzv_port": [_range(1, 65535), _ssh_port],
+    "train_user": [_train_user],
+    "train_group": [_pattern(r"^([a-z_][a-z0-9_-]{0,30}\$?)?$", "empty (the account's own) or a group name")],
+    "train_firewall": [_firewall],
+    "train_firewall_ttl": [_range(10)],
     "train_rdzv_conf": [_rdzv_conf],
     "train_interface": [_pattern(r"^[^\s/,:]*$", "empty (the default route's) or an interface name such as eth0")],
     "train_job_id": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",

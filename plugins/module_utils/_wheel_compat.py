@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _fatbin
+from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _fatbin, _manifest
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import cpuinfo_flags
 
 MARKER_NAME = ".multinode-training.json"
@@ -383,29 +383,13 @@ def node_problems(manifest, facts, node):
 
 # --------------------------------------------------------------------------- manifest
 
-REQUIRED_KEYS = ("schema", "wheel", "wheel_sha256", "deepspeed", "accelerator", "python", "torch", "ops")
+REQUIRED_KEYS = _manifest.REQUIRED_KEYS
 
 
 def manifest_problems(manifest, where):
-    """Structural problems of a manifest (where: its path, for the message)."""
-    if not isinstance(manifest, dict):
-        return ["manifest %s is not a JSON object" % where]
-    problems = ["manifest %s lacks key %r" % (where, key) for key in REQUIRED_KEYS if key not in manifest]
-    if problems:
-        return problems
-    if manifest["schema"] != 1:
-        problems.append("manifest %s has schema %r, this role reads schema 1" % (where, manifest["schema"]))
-    if not re.match(r"^[0-9a-f]{64}$", str(manifest["wheel_sha256"])):
-        problems.append("manifest %s: wheel_sha256 %r is not a sha256 hex digest" % (where, manifest["wheel_sha256"]))
-    try:
-        parse_wheel_filename(manifest["wheel"])
-    except ValueError as exc:
-        problems.append("manifest %s: %s" % (where, exc))
-    for index, op in enumerate(manifest["ops"] or []):
-        for key in ("name", "builder", "module"):
-            if not op.get(key):
-                problems.append("manifest %s: ops[%d] lacks %r" % (where, index, key))
-    if manifest.get("accelerator") == "cuda":
+    """Structural problems of a manifest (where: its path, for the message): _manifest's, plus its arch list."""
+    problems = _manifest.problems(manifest, where)
+    if not problems and manifest.get("accelerator") == "cuda":
         try:
             parse_arch_list((manifest.get("cuda") or {}).get("arch_list"))
         except ValueError as exc:

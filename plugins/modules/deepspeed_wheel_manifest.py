@@ -36,6 +36,11 @@ options:
     description: Fields merged into the manifest (deepspeed, accelerator, torch, cuda, cpu, compiler, build...).
     type: dict
     default: {}
+  wheelhouse_inputs:
+    description:
+      - C({torch_requirement, pip_args}) of the wheelhouse collected beside the wheel; with them the module
+        returns RV(wheelhouse_key), the stamp that wheelhouse must carry (module_utils/_deepspeed_build.py).
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -66,23 +71,20 @@ manifest_path:
   returned: always
   type: str
   sample: /var/tmp/build/staging/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.manifest.json
+manifest_sha256:
+  description: sha256 of the manifest file's text.
+  returned: always
+  type: str
+wheelhouse_key:
+  description: The wheelhouse stamp for this wheel.
+  returned: when O(wheelhouse_inputs) is given
+  type: str
 """
 
-import hashlib
-import json
 import os
-import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_ops
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_build, _deepspeed_ops, _manifest
 
 
 def wheel_tags(filename):
@@ -100,6 +102,7 @@ def main():
             ops=dict(type="list", elements="dict", required=True),
             build_log=dict(type="path"),
             info=dict(type="dict", default={}),
+            wheelhouse_inputs=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -116,7 +119,7 @@ def main():
     except (_deepspeed_ops.OpsError, ValueError) as exc:
         module.fail_json(msg=str(exc))
 
-    manifest = {"schema": 1, "wheel": os.path.basename(wheel), "wheel_sha256": sha256(wheel),
+    manifest = {"schema": _manifest.SCHEMA, "wheel": os.path.basename(wheel), "wheel_sha256": _manifest.sha256_file(wheel),
                 "wheel_size": os.path.getsize(wheel)}
     manifest.update(module.params["info"])
     manifest["python"] = dict(manifest.get("python") or {}, tag=python_tag, abi=abi, platform=platform)
@@ -130,20 +133,19 @@ def main():
         for op in ops:
             op["cuda"] = coverage[op["name"]]
     manifest["ops"] = ops
-    path = wheel + ".manifest.json"
-    text = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
-    old = None
-    if os.path.exists(path):
-        with open(path) as handle:
-            old = handle.read()
-    changed = old != text
-    if changed and not module.check_mode:
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".manifest.")
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
-    module.exit_json(changed=changed, manifest=manifest, manifest_path=path)
+    path = _manifest.path_for(wheel)
+    found_problems = _manifest.problems(manifest, path)
+    if found_problems:
+        module.fail_json(msg="; ".join(found_problems), manifest=manifest)
+    changed = _manifest.write(path, manifest, module.check_mode)
+    result = dict(changed=changed, manifest=manifest, manifest_path=path,
+                  manifest_sha256=_manifest.sha256_text(_manifest.dumps(manifest)))
+    inputs = module.params["wheelhouse_inputs"]
+    if inputs is not None:
+        result["wheelhouse_key"] = _deepspeed_build.wheelhouse_key(
+            os.path.basename(path), (manifest.get("build") or {}).get("key"),
+            inputs.get("torch_requirement"), inputs.get("pip_args") or [])
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -37,13 +37,33 @@ options:
     type: str
     default: ''
   available:
-    description: gcc majors on offer; omitted reads C(apt-cache pkgnames gcc-) and C(g++-).
+    description: gcc majors on offer; omitted reads C(apt-cache pkgnames g) (gcc-N and g++-N).
     type: list
     elements: int
   require_available:
     description: Fail when an explicit version is not on offer. Off before a repository (the Ubuntu PPA) is added.
     type: bool
     default: true
+  probe:
+    description:
+      - Also report what the role would change (RV(missing), RV(selected), RV(compiler_versions)), so that a
+        re-run with nothing to do needs no apt call; and, when the host has no package lists yet, return
+        RV(index_missing) instead of planning (the role refreshes them and asks again).
+    type: bool
+    default: false
+  extra_packages:
+    description: Further packages the role installs (with O(probe)).
+    type: list
+    elements: str
+    default: []
+  set_default:
+    description: Whether the role makes the chosen gcc the default through update-alternatives (with O(probe)).
+    type: bool
+    default: true
+  priority:
+    description: The update-alternatives priority the role registers (with O(probe)).
+    type: int
+    default: 60
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 """
@@ -81,7 +101,31 @@ nvcc:
   description: nvcc path, CUDA release and highest accepted gcc major; null without nvcc.
   returned: always
   type: dict
+index_missing:
+  description: With O(probe), the host had no package lists; nothing else was decided.
+  returned: always
+  type: bool
+missing:
+  description: With O(probe), the packages of RV(packages) not installed.
+  returned: when probe
+  type: list
+  elements: str
+packages:
+  description: With O(probe), gcc-N, g++-N and O(extra_packages).
+  returned: when probe
+  type: list
+  elements: str
+selected:
+  description: With O(probe), gcc-N is the selected gcc alternative at O(priority) with g++-N as its slave.
+  returned: when probe
+  type: bool
+compiler_versions:
+  description: With O(probe), C(-dumpversion) of gcc and g++ (or gcc-N, g++-N without O(set_default)); null when missing.
+  returned: when probe
+  type: dict
 """
+
+import glob
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.training.plugins.module_utils import _toolchain
@@ -98,6 +142,10 @@ def main():
             nvcc=dict(type="str", default=""),
             available=dict(type="list", elements="int"),
             require_available=dict(type="bool", default=True),
+            probe=dict(type="bool", default=False),
+            extra_packages=dict(type="list", elements="str", default=[]),
+            set_default=dict(type="bool", default=True),
+            priority=dict(type="int", default=60),
         ),
         supports_check_mode=True,
     )
@@ -107,14 +155,15 @@ def main():
         standard = _toolchain.cxx_standard(p["deepspeed_version"], p["torch_version"])
     nvcc = None if p["nvcc"] == "none" else probe_nvcc(module, find_nvcc(module, p["nvcc"]))
     available = p["available"]
+    if available is None and p["probe"] and not glob.glob("/var/lib/apt/lists/*_Packages*"):
+        # Container images often ship without package lists: the role refreshes them and asks again.
+        module.exit_json(changed=False, index_missing=True, available=[], cxx_standard=standard, nvcc=nvcc)
     if available is None:
         apt_cache = module.get_bin_path("apt-cache", required=True)
-        names = ""
-        for prefix in ("gcc-", "g++-"):
-            rc, out, err = module.run_command([apt_cache, "pkgnames", prefix])
-            if rc != 0:
-                module.fail_json(msg="apt-cache pkgnames %s failed: %s" % (prefix, err.strip()))
-            names += out
+        # One call for both gcc-N and g++-N: apt-cache builds its cache in memory on every call.
+        rc, names, err = module.run_command([apt_cache, "pkgnames", "g"])
+        if rc != 0:
+            module.fail_json(msg="apt-cache pkgnames g failed: %s" % err.strip())
         available = _toolchain.parse_available(names)
     result = dict(changed=False, available=available, cxx_standard=standard,
                   min_gcc=_toolchain.MIN_GCC_FOR_STANDARD[standard], nvcc=nvcc)
@@ -125,7 +174,28 @@ def main():
             deepspeed_version=p["deepspeed_version"], require_available=p["require_available"])
     except _toolchain.ToolchainError as exc:
         module.fail_json(msg=str(exc), **result)
-    module.exit_json(**result)
+    if p["probe"]:
+        result.update(probe_installed(module, result["version"], p))
+    module.exit_json(index_missing=False, **result)
+
+
+def probe_installed(module, version, p):
+    """What the role would change: packages missing, alternative not selected, and the compilers' versions."""
+    packages = ["gcc-%s" % version, "g++-%s" % version] + p["extra_packages"]
+    _rc, out, _err = module.run_command(["dpkg-query", "-W", "-f", "${Package} ${Status}\\n"] + packages)
+    installed = _toolchain.parse_dpkg_status(out)
+    found = dict(packages=packages, missing=[name for name in packages if name not in installed])
+    found["selected"] = True
+    if p["set_default"]:
+        _rc, out, _err = module.run_command(["update-alternatives", "--query", "gcc"])
+        found["selected"] = _toolchain.alternative_selected(out, version, p["priority"])
+    compilers = ["gcc", "g++"] if p["set_default"] else ["gcc-%s" % version, "g++-%s" % version]
+    found["compiler_versions"] = {}
+    for name in compilers:
+        path = module.get_bin_path(name)
+        rc, out, _err = module.run_command([path, "-dumpversion"]) if path else (1, "", "")
+        found["compiler_versions"][name] = out.strip() if rc == 0 else None
+    return found
 
 
 if __name__ == "__main__":

@@ -68,17 +68,8 @@ reason:
   type: str
 """
 
-import json
-import os
-import socket
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.multinode.training.plugins.module_utils import _torch_info
-
-_INSTALLED = ("import json, importlib.util\n"
-              "if importlib.util.find_spec('torch') is None: print('null')\n"
-              "else:\n"
-              "    import torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda}))\n")
 
 
 def main():
@@ -91,43 +82,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    tried = []
-    interpreters = []
-    if p["venv_python"] and os.access(p["venv_python"], os.X_OK):
-        rc, out, err = module.run_command([p["venv_python"], "-c", _INSTALLED])
-        if rc == 0 and out.strip() not in ("", "null"):
-            found = json.loads(out)
-            module.exit_json(changed=False, resolved=True, source="installed", **found)
-        interpreters.append(p["venv_python"])
-    base = module.get_bin_path(p["python"]) if not os.path.isabs(p["python"]) else p["python"]
-    if not base or not os.access(base, os.X_OK):
-        # The interpreter the build venv is made from: nothing can work without it.
-        module.fail_json(msg="deepspeed_build_python=%s: %s on %s; valid: python3 or the absolute path of an "
-                             "interpreter on the build host" % (json.dumps(p["python"]), "not found on PATH"
-                                                                if not base else "missing or not executable",
-                                                                socket.gethostname()))
-    interpreters.append(base)
-    for python in interpreters:
-        argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--no-deps",
-                "--disable-pip-version-check", "--report", "-", p["requirement"]] + p["pip_args"]
-        rc, out, err = module.run_command(argv)
-        if rc != 0 and "externally-managed-environment" in err:
-            # A dry run installs nothing, so PEP 668's guard does not apply to it.
-            rc, out, err = module.run_command(argv + ["--break-system-packages"])
-        if rc == 0 and out.strip().startswith("{"):
-            try:
-                found = _torch_info.from_pip_report(out)
-            except (ValueError, _torch_info.TorchError) as exc:
-                module.fail_json(msg=str(exc))
-            module.exit_json(changed=False, resolved=True, **found)
-        last = (err.strip().splitlines() or ["rc=%d" % rc])[-1]
-        if "No matching distribution" in err or "Could not find a version" in err:
-            module.fail_json(msg="deepspeed_build_torch_requirement=%r: pip finds no such torch: %s"
-                             % (p["requirement"], last))
-        tried.append("%s: %s" % (python, last))
-    module.exit_json(changed=False, resolved=False,
-                     reason="no pip could resolve it yet (%s)" % ("; ".join(tried) or "no interpreter found"))
+    module.exit_json(changed=False, **_torch_info.resolve(module, module.params))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,8 @@ options:
       - V(started) spawns the job detached and returns its pid/pgid and job directory. Starting a job id that is
         running already changes nothing.
       - V(finished) waits for a started job with this O(job_id) to end, or when none was started, runs one and
-        waits. Fails when the job fails, naming the rank, its exit code and the root-cause error.
+        waits. Fails when the job fails, naming the rank, its exit code and the root-cause error. Then stops
+        whatever of the job is left on the node, like V(stopped), and fails if one survives.
       - V(stopped) stops the job - SIGTERM to its process group, SIGKILL after O(stop_grace) seconds, then every
         process still carrying the job marker - and fails if one survives.
       - V(status) reports the job's progress on this node (RV(progress)) and renews its controller lease
@@ -408,8 +409,8 @@ stopped:
   returned: state is finished or stopped
   type: bool
 killed:
-  description: Pids that were signalled to stop the job.
-  returned: state is stopped
+  description: Pids that were signalled to stop the job (with V(finished) - leftovers after it ended).
+  returned: state is stopped or finished
   type: list
   elements: int
 user:
@@ -445,7 +446,7 @@ lost:
   elements: str
 survivors:
   description: Processes of the job still alive after stopping (the module fails when there are any).
-  returned: state is stopped
+  returned: state is stopped or finished
   type: list
   elements: dict
 """

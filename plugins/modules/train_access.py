@@ -13,6 +13,7 @@ description:
   - Resolves the job's account (uid, primary and supplementary groups, home), then checks as that
     account - in a child process that switched to its uid, gid and groups - that it can execute,
     read, enter or write the given paths (the venv's python, the training code, the log directory).
+    A path that does not exist for the module's own user is left out (preflight reports it as missing).
   - Finds C(nft) and C(iptables), tries the job's nftables rule in nft's check mode (C(nft -c)), and decides whether this node guards the rendezvous port
     (O(firewall)); refuses a rendezvous port that is one of ssh's ports (C(Port) lines of
     O(sshd_config), 22 when there are none, and O(ssh_ports)).
@@ -22,9 +23,10 @@ author:
   - multinode.training maintainers (@multinode)
 options:
   user:
-    description: The job's account (train_user). It must exist.
+    description:
+      - The job's account (train_user). It must exist.
+      - Unset - only the port and firewall checks (before the account is created).
     type: str
-    required: true
   group:
     description: Primary group (train_group); unset - the account's own.
     type: str
@@ -128,11 +130,23 @@ from ansible_collections.multinode.training.plugins.module_utils._train_security
 _MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
 
 
+def _why(path):
+    """Why a path cannot be used (as the current process): the error of stat, or None."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.strerror
+    return None
+
+
+def _probe(checks):
+    return [(os.access(c["path"], _MODES[c["need"]]), _why(c["path"])) for c in checks]
+
+
 def access_as(account, checks):
     """Run os.access for every check in a child that switched to the account; [(ok, error)]."""
     if os.geteuid() == account["uid"] or os.geteuid() != 0:
-        return [(os.access(c["path"], _MODES[c["need"]]), None if os.path.exists(c["path"]) else "missing")
-                for c in checks]
+        return _probe(checks)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
@@ -141,8 +155,7 @@ def access_as(account, checks):
             os.setgroups(account["groups"])
             os.setgid(account["gid"])
             os.setuid(account["uid"])
-            out = [(os.access(c["path"], _MODES[c["need"]]), None if os.path.exists(c["path"]) else "missing")
-                   for c in checks]
+            out = _probe(checks)
             os.write(write_fd, json.dumps(out).encode())
         finally:
             os._exit(0)
@@ -159,10 +172,24 @@ def access_as(account, checks):
     return json.loads(data) if data else [(False, "check failed") for _c in checks]
 
 
+def resolve(user, group, problems):
+    """The account's uid, gid, supplementary groups and home; None (and a problem) when it does not exist."""
+    try:
+        entry = pwd.getpwnam(user)
+        gid = grp.getgrnam(group).gr_gid if group else entry.pw_gid
+    except KeyError:
+        problems.append("train_user=%s (train_group=%s): no such account or group on this node; valid: an "
+                        "existing account (empty train_user: the role creates mtrain)" % (user, group or ""))
+        return None
+    groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
+    return {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups,
+            "group_names": sorted(g.gr_name for g in grp.getgrall() if g.gr_gid in groups), "home": entry.pw_dir}
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
-            user=dict(type="str", required=True),
+            user=dict(type="str"),
             group=dict(type="str"),
             checks=dict(type="list", elements="dict", default=[]),
             port=dict(type="int", required=True),
@@ -178,26 +205,19 @@ def main():
     for check in p["checks"]:
         if not isinstance(check, dict) or check.get("need") not in _MODES or not check.get("path"):
             module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
-    account = None
-    try:
-        entry = pwd.getpwnam(p["user"])
-        gid = grp.getgrnam(p["group"]).gr_gid if p["group"] else entry.pw_gid
-        groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
-        account = {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups,
-                   "group_names": sorted(g.gr_name for g in grp.getgrall() if g.gr_gid in groups),
-                   "home": entry.pw_dir}
-        result["account"] = account
-    except KeyError:
-        problems.append("train_user=%s / train_group=%s: no such account or group on this node; valid: an "
-                        "existing account (empty train_user: the role creates %s)"
-                        % (p["user"], p["group"] or "", "mtrain"))
-    if account:
-        outcome = access_as(account, p["checks"])
-        for check, (ok, error) in zip(p["checks"], outcome):
-            result["access"].append(dict(var=check.get("var", "path"), path=check["path"], need=check["need"],
-                                         ok=bool(ok), error=error))
-        problems.extend("train_user=%s %s; valid: paths the account can reach (group or mode)" % (p["user"], line)
-                        for line in check_access(result["access"]))
+    if p["user"]:
+        account = resolve(p["user"], p["group"], problems)
+        if account:
+            result["account"] = account
+            # A path that does not exist at all is preflight's to report (it names what is missing);
+            # here only what exists but the account cannot use.
+            present = [c for c in p["checks"] if os.path.exists(c["path"])]
+            outcome = access_as(account, present)
+            for check, (ok, error) in zip(present, outcome):
+                result["access"].append(dict(var=check.get("var", "path"), path=check["path"], need=check["need"],
+                                             ok=bool(ok), error=error))
+            problems.extend("train_user=%s: %s; valid: paths the account can reach (group or mode)"
+                            % (p["user"], line) for line in check_access(result["access"]))
     text = ""
     try:
         with open(p["sshd_config"]) as handle:

@@ -13,7 +13,8 @@ description:
     before it starts a job - whether O(python) exists and is executable, what it holds (python,
     torch and DeepSpeed versions, DeepSpeed's prebuilt ops and every installed package, read from
     package metadata by O(python) itself, no torch import), the sha256 of O(script), whether O(chdir)
-    is a directory and whether each of O(env_files) exists.
+    is a directory, whether each of O(env_files) exists and whether this node reaches the rendezvous
+    address over TCP (O(connect_host)).
   - Never fails for what it finds; filter P(multinode.training.train_preflight_problems#filter) compares
     the nodes' results and names every problem.
 author:
@@ -34,6 +35,16 @@ options:
     type: list
     elements: dict
     default: []
+  connect_host:
+    description: The rendezvous address to reach over TCP from this node; unset - no connect.
+    type: str
+  connect_port:
+    description: Its port (train_rdzv_port).
+    type: int
+  connect_timeout:
+    description: Seconds to keep trying (every second).
+    type: int
+    default: 15
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 """
@@ -77,6 +88,10 @@ env_files:
   returned: always
   type: list
   elements: dict
+connect:
+  description: Whether the TCP connect to O(connect_host):O(connect_port) succeeded (C(ok), C(error), C(seconds)); null without O(connect_host).
+  returned: always
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -91,11 +106,19 @@ def main():
             script=dict(type="path"),
             chdir=dict(type="path"),
             env_files=dict(type="list", elements="dict", default=[]),
+            connect_host=dict(type="str"),
+            connect_port=dict(type="int"),
+            connect_timeout=dict(type="int", default=15),
         ),
+        required_by={"connect_host": "connect_port"},
         supports_check_mode=True,
     )
     p = module.params
-    result = probe_node(p["python"], module.run_command, p["script"], p["chdir"], p["env_files"])
+    connect = None
+    if p["connect_host"]:
+        connect = {"host": p["connect_host"], "port": p["connect_port"], "timeout": p["connect_timeout"]}
+    result = probe_node(p["python"], module.run_command, p["script"], p["chdir"], p["env_files"],
+                        connect)
     module.exit_json(changed=False, **result)
 
 

@@ -47,6 +47,18 @@ options:
   node:
     description: Name used in the messages; defaults to the host name the module sees.
     type: str
+  node_dir:
+    description:
+      - The node folder the role copies into (C(dist/), C(wheelhouse/)) and records the verified copy in.
+      - With O(expected_files), the module also says whether the node is current (RV(current)).
+    type: path
+  expected_files:
+    description: The files the node must hold, C(dist/<name>) or C(wheelhouse/<name>) mapped to C(sha256) and C(size) (module wheel_dist_source).
+    type: dict
+  lock_sha256:
+    description: sha256 of the job requirements lock the venv must have been installed with (empty for none).
+    type: str
+    default: ''
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 notes:
@@ -126,6 +138,21 @@ notes:
   returned: always
   type: list
   elements: str
+current:
+  description:
+    - The node needs nothing (with O(expected_files)) - its venv is this wheel's verified release (marker),
+      the op binaries installed match the wheel's RECORD, and the copies in O(node_dir) are the recorded ones.
+  returned: always
+  type: bool
+current_problems:
+  description: Why the node is not current.
+  returned: always
+  type: list
+  elements: str
+env:
+  description: For a current node, the environment its verified install recorded (python, torch, DeepSpeed, ops, wheel sha256).
+  returned: always
+  type: dict
 cpu_flags_missing:
   description: CPU flags from the manifest that the node's cpuinfo lacks.
   returned: always
@@ -139,11 +166,12 @@ commands:
 """
 
 import json
+import os
 import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _wheel_dist
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import missing_flags
 from ansible_collections.multinode.training.plugins.module_utils._wheel_compat import (
     INTERPRETER_SCRIPT,
@@ -162,6 +190,9 @@ def main():
             python=dict(type="path", default="/usr/bin/python3"),
             cpuinfo_path=dict(type="path", default="/proc/cpuinfo"),
             node=dict(type="str"),
+            node_dir=dict(type="path"),
+            expected_files=dict(type="dict"),
+            lock_sha256=dict(type="str", default=""),
         ),
         supports_check_mode=True,
     )
@@ -201,8 +232,22 @@ def main():
     notes = gpu_notes(manifest, gpus, node)
     for note in notes:
         module.warn(note)
+    current, why = False, ["not asked (no expected_files)"]
+    if params["expected_files"] is not None and not problems:
+        record = os.path.join(params["node_dir"], _wheel_dist.RECORD_NAME)
+        try:
+            with open(record) as handle:
+                record_text = handle.read()
+        except (IOError, OSError):
+            record_text = None
+        why = _wheel_dist.current_problems(manifest, venv, params["lock_sha256"], params["node_dir"],
+                                           params["expected_files"], record_text)
+        current = not why
     module.exit_json(
         changed=False,
+        current=current,
+        current_problems=why,
+        env=_wheel_dist.env_from_marker(venv["marker"]) if current else {},
         compatible=not problems,
         problems=problems,
         python=python,

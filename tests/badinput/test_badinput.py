@@ -112,7 +112,7 @@ def run_case(case):
     os.mkdir(tmp)
     extra = base_vars(playbook, tmp)
     extra.update(json.loads(json.dumps(case["vars"]).replace("@TMP@", tmp)))
-    proc, report, seconds = run_playbook(playbook, extra, tmp)
+    proc, report, seconds = run_playbook(playbook, extra, tmp, case.get("args", ()))
     return {"proc": proc, "report": report, "seconds": seconds, "left": tree(tmp)}
 
 

@@ -1,7 +1,8 @@
 """roles/train/files/accelerate_env.py: which of accelerate's variables reach the ranks.
 
-The accelerate side (its own parser and prepare_*_env) runs for real in molecule/job_requirements; here the
-selection, on the environments accelerate 1.15 returned for the seed's DeepSpeed config and a CPU config.
+The accelerate side (its own parser and prepare_*_env) runs for real in the launch cluster's
+molecule/default/verify/job_requirements.yml; here the selection, on the environments accelerate 1.15
+returned for the seed's DeepSpeed config and a CPU config.
 """
 import importlib.util
 

@@ -95,3 +95,22 @@ def test_garbage_version(bad):
     with pytest.raises(t.ToolchainError) as err:
         t.plan_gcc(bad, [12], "c++20")
     assert "toolchain_gcc_version" in str(err.value)
+
+
+# ---------------------------------------------------------------- no-change probe: installed and selected
+
+
+def test_parse_dpkg_status():
+    out = "g++-12 install ok installed\ngcc-12 install ok installed\ngcc-13 deinstall ok config-files\nlibc6:amd64 install ok installed\n"
+    assert t.parse_dpkg_status(out) == {"g++-12", "gcc-12", "libc6"}
+
+
+def test_alternative_selected_on_recorded_query():
+    text = (FIXTURES / "gcc" / "update-alternatives-query-gcc12.txt").read_text()
+    parsed = t.parse_alternative(text)
+    assert parsed["value"] == "/usr/bin/gcc-12"
+    assert parsed["alternatives"]["/usr/bin/gcc-12"] == {"priority": 60, "slaves": {"g++": "/usr/bin/g++-12"}}
+    assert t.alternative_selected(text, 12, 60)
+    assert not t.alternative_selected(text, 12, 50)   # other priority: the role re-registers
+    assert not t.alternative_selected(text, 13, 60)   # other version
+    assert not t.alternative_selected("", 12, 60)     # no alternative yet

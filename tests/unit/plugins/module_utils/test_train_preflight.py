@@ -129,3 +129,29 @@ def test_compare_a_module_job_has_no_script():
 def test_filter():
     assert train_preflight_problems({"n1": node(), "n2": node(sha="c" * 64)}, ("n1", "n2"), "n1")[0].startswith(
         'n2: train_script="/c/train.py": sha256 ccc')
+
+
+def test_try_connect_reaches_a_listener_and_names_a_refusal():
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    try:
+        assert pre.try_connect("127.0.0.1", port, 5)["ok"] is True
+    finally:
+        server.close()
+    refused = pre.try_connect("127.0.0.1", port, 1, interval=0.2)
+    assert refused["ok"] is False and "refused" in refused["error"].lower() and refused["seconds"] < 3
+
+
+def test_probe_node_connects_and_compare_names_the_unreachable_node():
+    refused = pre.probe_node(sys.executable, run, None, None, (), {"host": "127.0.0.1", "port": 9, "timeout": 1})
+    assert refused["connect"]["ok"] is False and refused["connect"]["port"] == 9
+    ok = dict(node(), connect={"ok": True, "error": None, "seconds": 0.01, "host": "10.0.0.1", "port": 29400})
+    bad = dict(node(), connect={"ok": False, "error": "timed out", "seconds": 15.2, "host": "10.0.0.1", "port": 29400})
+    problems = pre.compare({"n1": ok, "n2": bad}, ["n1", "n2"], "n1", "/v", interface="eth0.100")
+    assert problems == ['n2: train_rdzv_port=29400: this node cannot connect to the rendezvous address 10.0.0.1:29400 '
+                        '(n1, train_interface="eth0.100") within 15s (timed out); valid: an interface all nodes reach, '
+                        'a port the firewall lets through']
+    assert pre.endpoint("fd00::1", 29400) == "[fd00::1]:29400"

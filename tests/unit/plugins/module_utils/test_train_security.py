@@ -67,8 +67,8 @@ def test_check_access_lines():
         {"var": "train_script", "path": "/c/s.py", "need": "r", "ok": True, "error": None},
         {"var": "train_code_dir", "path": "/c", "need": "rx", "ok": False, "error": "missing"},
     ])
-    assert lines == ["cannot execute train_python=/v/bin/python as the job's user (permission denied)",
-                     "cannot enter train_code_dir=/c as the job's user (missing)"]
+    assert lines == ["cannot execute train_python=/v/bin/python (permission denied)",
+                     "cannot enter train_code_dir=/c (missing)"]
 
 
 # ------------------------------------------------------------------ ports
@@ -86,7 +86,7 @@ def test_parse_sshd_ports(text, expected):
 def test_port_problem():
     assert sec.port_problem(29400, {22}) is None
     message = sec.port_problem(22, {22, 2222})
-    assert message.startswith("train_rdzv_port=22 collides with ssh (ports 22,2222 on this node); valid:")
+    assert message.startswith("train_rdzv_port=22: collides with ssh (ports 22,2222 on this node); valid:")
     assert "collides" in sec.port_problem("2222", [2222])
 
 

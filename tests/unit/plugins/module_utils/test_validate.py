@@ -249,6 +249,13 @@ CASES = [
     ("nccl_tuning_overrides", {"IB_HCA": "x"}, [], "NCCL_* names in capitals"),
     ("nccl_tuning_tests_min_bw", -1, [], "valid: 0 or more"),
     ("train_venv", "/", [], "the root directory"),
+    ("train_rdzv_port", 22, [], 'train_rdzv_port=22: collides with ssh (port 22); valid: a free port'),
+    ("train_rdzv_port", "22", [], "collides with ssh"),
+    ("train_user", "root", [], 'train_user="root": the job (your script and everything it imports) would run as root'),
+    ("train_user", "Bad User", [], "cannot be created, not a valid account name"),
+    ("train_group", "Bad Group", [], "a group name"),
+    ("train_firewall", "maybe", [], "not auto or a boolean"),
+    ("train_firewall_ttl", 5, [], "valid: 10 or more"),
 ]
 
 
@@ -260,6 +267,22 @@ def test_rules(name, value, hosts, expected):
     text = "\n".join(lines(problems))
     assert expected in text
     assert all(SHAPE.match(line) for line in lines(problems))
+
+
+def test_rdzv_port_of_the_hosts_ssh_and_root_only_when_allowed():
+    specs = _specs()
+
+    def run(values, ctx):
+        return lines(v.validate({n: specs[n] for n in values}, values, r.RULES, ctx))
+
+    assert run({"train_rdzv_port": 2222}, {"ssh_ports": [2222]})[0].startswith(
+        "train_rdzv_port=2222: collides with ssh (port 22, 2222); valid:")
+    assert run({"train_rdzv_port": 29400}, {"ssh_ports": ["2222"]}) == []
+    assert run({"train_rdzv_port": 22}, {"ssh_ports": ["{{ templated }}"]}) != []
+    assert run({"train_user": "root", "train_allow_root": True}, {}) == []
+    assert run({"train_user": "root", "train_allow_root": False}, {}) != []
+    assert run({"train_user": "", "train_allow_root": False}, {}) == []
+    assert run({"train_user": "alice", "train_firewall": "true"}, {}) == []
 
 
 def test_deepspeed_source_names_the_variable_at_fault():
