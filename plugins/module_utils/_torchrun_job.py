@@ -121,13 +121,17 @@ SUPERVISOR_FILE = "supervisor.py"
 
 # ------------------------------------------------------------------ files
 
-def write_json(path, data, mode=None):
+def write_json(path, data, mode=None, owner=None):
+    """Replace ``path`` atomically; ``mode`` and ``owner`` (uid, gid) are set before the rename, so no
+    reader ever sees the file with other permissions (the job's account must read job.json)."""
     tmp = path + ".tmp"
     with open(tmp, "w") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
-    os.rename(tmp, path)
     if mode is not None:
-        os.chmod(path, mode)
+        os.chmod(tmp, mode)
+    if owner is not None:
+        os.chown(tmp, owner[0], owner[1])
+    os.rename(tmp, path)
 
 
 def read_tail(path, size=16384):
@@ -200,6 +204,17 @@ def keeper_argv(python, nft, pid, result_file, ttl, refresh, delete):
     """The firewall keeper's command line. It runs as root: its code comes from the module
     (``-c``), never from the job directory, which the job's user may write."""
     return [python, "-c", supervisor_source(), "keep", nft, str(pid), result_file, str(ttl), refresh, delete]
+
+
+def guarded_ports(argv, watch):
+    """The ports the job's firewall guard lets only the job's nodes reach: the rendezvous port and,
+    on the node whose watcher is the hub, the watchers' port (the other nodes report there)."""
+    ports = []
+    if "--rdzv_endpoint" in argv:
+        ports.append(int(argv[argv.index("--rdzv_endpoint") + 1].rsplit(":", 1)[1]))
+    if watch and watch.get("hub") and watch.get("port"):
+        ports.append(int(watch["port"]))
+    return sorted(set(ports))
 
 
 def verdict(job, host, job_dir, result, data, gave_up, barrier_abandoned, timeout, barrier_grace):
@@ -361,7 +376,7 @@ def start(module, job_id, job_dir, job_file, result, host):
         return job
     port = None
     if nft:
-        port = int(argv[argv.index("--rdzv_endpoint") + 1].rsplit(":", 1)[1]) if "--rdzv_endpoint" in argv else None
+        port = guarded_ports(argv, p["watch"])
         try:
             rules = render_table(job["firewall_table"], port, p["firewall_allow"], p["firewall_ttl"])
         except (SecurityError, TypeError) as exc:
@@ -400,16 +415,16 @@ def start(module, job_id, job_dir, job_file, result, host):
     finally:
         os.close(log_fd)
     job.update(pid=pid, pgid=pid, start=time.time())
-    write_json(job_file, job, 0o640)
-    if account:
-        os.chown(job_file, account["uid"], account["gid"])
+    owner = (account["uid"], account["gid"]) if account else None
+    write_json(job_file, job, 0o640, owner)
     # The watcher (mt_watch.py): every node's watches its ranks, the first node's hears the others;
     # they stop the job everywhere on the first failure or a lost node (_torchrun_follow).
     watch_fd = os.open(os.path.join(job_dir, "watch.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
     try:
         if account:
             os.fchown(watch_fd, account["uid"], account["gid"])
-        job["watch_pid"] = spawn([python, os.path.join(job_dir, WATCHER), job_dir],
+        # The supervisor's pid in argv too: the watcher must never take it for a leftover.
+        job["watch_pid"] = spawn([python, os.path.join(job_dir, WATCHER), job_dir, str(pid)],
                                  watcher_env(env, job_id, (JOB_ENV, JOB_DIR_ENV)), watch_fd, account)
     except OSError as exc:
         stop_job(job_id, pgid=pid, grace=1, job_dir=job_dir)
@@ -417,7 +432,8 @@ def start(module, job_id, job_dir, job_file, result, host):
         module.fail_json(msg="cannot start the job's watcher on %s: %s" % (host, exc), **result)
     finally:
         os.close(watch_fd)
-    write_json(job_file, job, 0o640)
+    # Still the account's (the watcher, running as the account, reads the supervisor's pid here).
+    write_json(job_file, job, 0o640, owner)
     if nft:
         with open(os.devnull, "wb") as null:
             spawn(keeper_argv(sys.executable, nft, pid, os.path.join(job_dir, "result.json"), p["firewall_ttl"],

@@ -301,9 +301,24 @@ def read_ranks(job_dir, node=None):
     return ranks
 
 
+def caused_by_stop(failure, stop):
+    """A rank failure this node saw only after the job's stop reached it (its ranks were stopped by
+    that stop: SIGTERM, SIGKILL) is a consequence, not a cause: a stop by the lease or a lost node
+    must not be reported as 'rank N killed by a signal'. ``failure['time']``: when the rank ended
+    (None: no exit record, noticed only now)."""
+    if not failure or not stop:
+        return False
+    received = stop.get("received")
+    if received is None:
+        return False
+    when = failure.get("time")
+    return when is None or when >= received
+
+
 class Watcher(object):
-    def __init__(self, job_dir):
+    def __init__(self, job_dir, supervisor_pid=None):
         self.job_dir = job_dir
+        self.sup_pid = int(supervisor_pid) if supervisor_pid else None
         conf = _read_json(os.path.join(job_dir, "watch.json")) or {}
         self.conf = conf
         self.node = conf["node"]
@@ -328,9 +343,13 @@ class Watcher(object):
         self.events = []
         self.restart_requested = {}
         self.hub_seen = False
+        self.own_failure = None
 
     # -- local
     def supervisor_pid(self):
+        """From the command line (the module passes it); job.json for a watcher started without it."""
+        if self.sup_pid:
+            return self.sup_pid
         job = _read_json(os.path.join(self.job_dir, "job.json")) or {}
         return job.get("pid")
 
@@ -359,12 +378,19 @@ class Watcher(object):
         result = self.result() or self.supervisor_lost()
         rc = result.get("rc") if result else None
         failure = local_failure(ranks, self.restartable, rc)
-        if failure is not None:
+        if self.own_failure is not None:
+            # The node's failure is the first one it saw (a rank killed by a signal has no time of
+            # its own: it got one when it was first seen).
+            failure = self.own_failure
+        elif caused_by_stop(failure, self.stop):
+            failure = None
+        elif failure is not None:
             failure = dict(failure, node=self.node)
             if failure.get("time") is None:
                 failure["time"] = time.time()
             if failure.get("kind") == "rank" and not failure.get("message"):
                 failure["message"] = self.stderr_message(failure)
+            self.own_failure = failure
         if result is not None:
             state = "succeeded" if rc == 0 else ("stopped" if self.stop else "failed")
         else:
@@ -584,7 +610,7 @@ class Watcher(object):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    watcher = Watcher(argv[0])
+    watcher = Watcher(argv[0], argv[1] if len(argv) > 1 else None)
 
     def on_signal(_signum, _frame):
         raise SystemExit(0)

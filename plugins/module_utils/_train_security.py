@@ -152,20 +152,28 @@ def split_members(addresses):
     return sorted(v4, key=ipaddress.ip_address), sorted(v6, key=ipaddress.ip_address)
 
 
+def guard_elements(ports, ttl):
+    """The guard set's elements: each port with the guard's timeout (``ports``: one or a list)."""
+    ports = ports if isinstance(ports, (list, tuple)) else [ports]
+    if not ports:
+        raise SecurityError("no port to guard")
+    return ", ".join("%d timeout %ds" % (int(port), int(ttl)) for port in sorted(set(int(p) for p in ports)))
+
+
 def render_table(table, port, members, ttl):
     """nft script (for ``nft -f -``) that (re)creates the job's table in one transaction.
 
-    Only the rendezvous port is touched: members and loopback pass (other chains of the host
-    still apply), every other source gets a TCP reset. Nothing else of the host changes.
+    Only the job's ports are touched (``port``: the rendezvous port, or a list with the
+    watchers' hub port too): members and loopback pass (other chains of the host still
+    apply), every other source gets a TCP reset. Nothing else of the host changes.
     """
     v4, v6 = split_members(members)
-    port = int(port)
     lines = ["add table inet %s" % table, "delete table inet %s" % table, "table inet %s {" % table]
     for name, kind, items in (("members4", "ipv4_addr", v4), ("members6", "ipv6_addr", v6)):
         elements = " elements = { %s };" % ", ".join(items) if items else ""
         lines.append("  set %s { type %s;%s }" % (name, kind, elements))
     lines += [
-        "  set guard { type inet_service; flags timeout; elements = { %d timeout %ds }; }" % (port, int(ttl)),
+        "  set guard { type inet_service; flags timeout; elements = { %s }; }" % guard_elements(port, ttl),
         "  chain input {",
         "    type filter hook input priority -5; policy accept;",
         '    iifname "lo" accept',
@@ -180,7 +188,7 @@ def render_table(table, port, members, ttl):
 
 def render_refresh(table, port, ttl):
     """Renew the guard's timeout (one transaction: never a moment without the guard)."""
-    return "flush set inet %s guard\nadd element inet %s guard { %d timeout %ds }\n" % (table, table, int(port), int(ttl))
+    return "flush set inet %s guard\nadd element inet %s guard { %s }\n" % (table, table, guard_elements(port, ttl))
 
 
 def render_delete(table):

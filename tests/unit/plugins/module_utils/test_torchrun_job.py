@@ -284,3 +284,25 @@ def test_wait_for_end_gives_up_after_the_deadline(tmp_path):
         if popen.poll() is None:
             os.killpg(popen.pid, 9)
     assert sup.find_job_processes(job_id) == []
+
+
+def test_write_json_keeps_owner_and_mode_across_rewrites(tmp_path):
+    """job.json is rewritten after the watcher starts; it must stay the job account's (0640): the
+    watcher (running as that account) reads the supervisor's pid from it (issue 11 (e))."""
+    path = str(tmp_path / "job.json")
+    owner = (os.getuid(), os.getgid()) if os.geteuid() != 0 else (65534, 65534)
+    for data in ({"pid": 1}, {"pid": 1, "watch_pid": 2}):
+        job_mod.write_json(path, data, 0o640, owner)
+        st = os.stat(path)
+        assert (st.st_uid, st.st_gid) == owner and st.st_mode & 0o777 == 0o640
+        assert read_json(path) == data
+    assert not os.path.exists(path + ".tmp")
+
+
+def test_guarded_ports_rendezvous_and_the_hub_watch_port():
+    argv = ["python", "-m", "torch.distributed.run", "--rdzv_endpoint", "10.0.0.1:29400", "x.py"]
+    assert job_mod.guarded_ports(argv, {"hub": True, "port": 29401}) == [29400, 29401]
+    # Only the hub listens on the watch port.
+    assert job_mod.guarded_ports(argv, {"hub": False, "port": 29401}) == [29400]
+    assert job_mod.guarded_ports(argv, None) == [29400]
+    assert job_mod.guarded_ports(["x.py"], None) == []

@@ -204,3 +204,88 @@ def test_peer_error_stop_becomes_lost_node():
     assert w.describe_stop(refined, lost_after=10).startswith("node n3 lost (no heartbeat for 10s); first error elsewhere")
     first_hand = dict(stop, failure=dict(failure, peer=False))
     assert w.refine_stop(first_hand, ["n3"]) is first_hand
+
+
+def test_caused_by_stop_only_after_the_stop_reached_the_node():
+    stop = {"reason": "lease", "received": 100.0}
+    # Ranks stopped by the lease stop (SIGTERM: no exit record, or an exit after it) are its consequence.
+    assert w.caused_by_stop({"rank": 0, "time": None}, stop)
+    assert w.caused_by_stop({"rank": 0, "time": 100.5}, stop)
+    # A rank that failed before the stop arrived is a cause; no stop, nothing is a consequence.
+    assert not w.caused_by_stop({"rank": 0, "time": 99.0}, stop)
+    assert not w.caused_by_stop({"rank": 0, "time": None}, None)
+    assert not w.caused_by_stop(None, stop)
+    assert not w.caused_by_stop({"rank": 0, "time": 101.0}, {"reason": "lease"})
+
+
+def _job_dir(tmp_path, job_id, **conf):
+    job_dir = tmp_path / job_id
+    (job_dir / "exits").mkdir(parents=True)
+    watch = {"node": "node1", "job_id": job_id, "nodes": ["node1"], "hub": True, "lease": 1, "fail_grace": 1,
+             "interval": 0.2, "lost": 5}
+    watch.update(conf)
+    (job_dir / "watch.json").write_text(json.dumps(watch))
+    (job_dir / "lease").write_text("")
+    return job_dir
+
+
+def test_lease_stop_keeps_the_supervisor_which_records_the_end(tmp_path):
+    """Issue 11 (e): the watcher stops the job after the lease; the supervisor (SIGTERMed, never
+    SIGKILLed) records result.json. On the cluster job.json was the module's (root, 0640) after its
+    second write, unreadable by the watcher running as the job's account: the watcher did not know
+    the supervisor, SIGKILLed it with the ranks, and no node had a result. Here job.json has no pid
+    at all: the watcher knows the supervisor from its command line only."""
+    import subprocess
+    import sys
+    import time
+
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
+
+    job_id = "lease-unit-%d" % os.getpid()
+    job_dir = _job_dir(tmp_path, job_id)
+    (job_dir / "job.json").write_text(json.dumps({"job_id": job_id}))
+    env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=str(job_dir))
+    # The supervisor runs a "torchrun" that ignores SIGTERM (as a blocked agent may).
+    child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    supervisor = subprocess.Popen([sys.executable, sup.__file__, str(job_dir), job_id, "0", "1", str(tmp_path), "--",
+                                   sys.executable, "-c", child], env=env, start_new_session=True)
+    watcher = None
+    try:
+        time.sleep(1.0)
+        old = time.time() - 30
+        os.utime(str(job_dir / "lease"), (old, old))
+        watcher = subprocess.Popen([sys.executable, w.__file__, str(job_dir), str(supervisor.pid)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = watcher.communicate(timeout=60)[0].decode()
+        assert supervisor.wait(timeout=30) == 0, out
+        result = json.loads((job_dir / "result.json").read_text())
+        assert result["stopped"] is True and "supervisor_lost" not in result
+        assert "controller lease expired" in out
+        state = json.loads((job_dir / "watch_state.json").read_text())
+        assert state["stop"]["reason"] == "lease" and state["final"] is True
+        # The stopped ranks are the lease's consequence, not a failure of this node.
+        assert state["failures"] == []
+        assert sup.find_job_processes(job_id, job_dir=str(job_dir)) == []
+    finally:
+        for proc in (supervisor, watcher):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+
+def test_killed_supervisor_is_recorded_by_the_watcher(tmp_path):
+    """A supervisor killed (SIGKILL) without a result: the watcher stops what is left and writes
+    result.json in its place, so nothing waits for it until train_timeout."""
+    import subprocess
+    import sys
+    import time
+
+    job_id = "suplost-unit-%d" % os.getpid()
+    job_dir = _job_dir(tmp_path, job_id, lease=0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (job_dir / "job.json").write_text(json.dumps({"job_id": job_id, "pid": dead.pid, "start": time.time()}))
+    watcher = w.Watcher(str(job_dir), dead.pid)
+    watcher.started -= 60  # past the start-up settle time
+    assert watcher.run() == 0
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["supervisor_lost"] is True and result["stopped"] is True

@@ -249,3 +249,13 @@ def test_keeper_deletes_once_result_json_exists(tmp_path):
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_render_table_guards_the_watch_port_too():
+    script = sec.render_table("mt_j_1", [29400, 29401], ["10.0.0.1"], 60)
+    assert "  set guard { type inet_service; flags timeout; elements = { 29400 timeout 60s, 29401 timeout 60s }; }" \
+        in script.splitlines()
+    assert sec.render_refresh("mt_j_1", [29401, 29400], 30) == \
+        "flush set inet mt_j_1 guard\nadd element inet mt_j_1 guard { 29400 timeout 30s, 29401 timeout 30s }\n"
+    with pytest.raises(sec.SecurityError, match="no port to guard"):
+        sec.render_table("mt_j_1", [], ["10.0.0.1"], 60)
