@@ -173,7 +173,8 @@ def test_render_refresh_and_delete():
 @pytest.mark.skipif(not shutil.which("nft") or os.geteuid() != 0, reason="needs nft and root (nft -c)")
 def test_nft_accepts_the_scripts():
     table = sec.table_name("unit-test-check")
-    for script in (sec.render_table(table, 29400, ["10.0.0.1", "fd00::2"], 60), sec.render_delete(table)):
+    for script in (sec.render_table(table, 29400, ["10.0.0.1", "fd00::2"], 60),
+                   sec.render_table(table, [29400, 29401], ["10.0.0.1", "fd00::2"], 60), sec.render_delete(table)):
         done = subprocess.run(["nft", "-c", "-f", "-"], input=script.encode(), capture_output=True, check=False)
         if b"Operation not permitted" in done.stderr:
             pytest.skip("nft -c needs CAP_NET_ADMIN here")
