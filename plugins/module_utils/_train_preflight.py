@@ -10,7 +10,6 @@ valid: ...``); filter multinode.training.train_preflight_problems is its face in
 """
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import os
@@ -18,6 +17,7 @@ import socket
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_env_probe
+from ansible_collections.multinode.training.plugins.module_utils._manifest import sha256_file
 from ansible_collections.multinode.training.plugins.module_utils._package_set import differences
 
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
@@ -26,14 +26,6 @@ ENV_KEYS = ("python", "torch", "deepspeed", "ops")
 def env_probe_source():
     """Source of _train_env_probe.py, run by the job's python (works from AnsiballZ's zip too)."""
     return inspect.getsource(_train_env_probe)
-
-
-def sha256(path, chunk=1 << 20):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def try_connect(host, port, timeout, interval=1.0):
@@ -72,7 +64,7 @@ def probe_node(python, run, script=None, chdir=None, env_files=(), connect=None)
             out["probe_error"] = ("rc %s: %s" % (rc, (stderr or stdout or "").strip().splitlines()[-1:] or ""))[:500]
     if script:
         exists = os.path.isfile(script)
-        out["script"] = {"path": script, "exists": exists, "sha256": sha256(script) if exists else None}
+        out["script"] = {"path": script, "exists": exists, "sha256": sha256_file(script) if exists else None}
     else:
         out["script"] = None
     out["chdir"] = {"path": chdir, "isdir": os.path.isdir(chdir)} if chdir else None
