@@ -10,6 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Scenarios are picked up from molecule/*/molecule.yml (`default` is the 3-node launch
 # cluster with one verify step per concern); override to run a subset:
 #   make molecule SCENARIOS="toolchain deepspeed_build"
+# Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
 .PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build molecule clean
