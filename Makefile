@@ -21,8 +21,10 @@ demo: venv
 	$(BIN)/ansible-playbook build_deepspeed.yml
 	$(BIN)/ansible-playbook train.yml
 
-## test: everything the tests need, then all tests.
-test: venv-test harness lint sanity unit badinput wheel cuda-build molecule
+## test: everything the tests need, then all tests: lint sanity unit badinput wheel
+## molecule one after another, cuda-build beside them (scripts/run_tests.sh).
+test: venv-test harness
+	MAKE="$(MAKE)" bash scripts/run_tests.sh
 
 $(BIN)/ansible-playbook: requirements.txt
 	bash scripts/bootstrap_venv.sh $(VENV) requirements.txt
