@@ -165,11 +165,16 @@ def job_alive(pid, job_id, job_dir, started=None, proc="/proc", now=None):
     return pid in find_job_processes(job_id, proc=proc, job_dir=job_dir)
 
 
-def build_env(env_files, env, job_id, job_dir, base_env):
+def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0):
     """The job's environment -> (environment, secret values).
 
     ``base_env`` (the module's environment), then the env files in order, then ``env``; the job
     markers, LOGLEVEL=INFO unless set, unbuffered output and torchrun's error file on top.
+    A job torchrun may restart (``max_restarts`` > 0) gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+    unless set: with the rendezvous store shared with the ranks (torch's default since 2.5), a
+    restarted group reads the previous group's keys from it (the ranks' addresses, NCCL's
+    unique id) and connects to dead peers (pytorch #135712; seen here as gloo's "Connection
+    refused" to a rank of the lost attempt); unshared, every rendezvous round gets a new store.
     Raises TorchrunError naming the file or the key.
     """
     own = {}
@@ -191,6 +196,8 @@ def build_env(env_files, env, job_id, job_dir, base_env):
     full[JOB_ENV] = job_id
     full[JOB_DIR_ENV] = job_dir
     full["TORCHELASTIC_ERROR_FILE"] = os.path.join(job_dir, "torchrun_error.json")
+    if max_restarts and int(max_restarts) > 0:
+        full.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     return full, secret_values(own)
 
 
@@ -352,7 +359,8 @@ def start(module, job_id, job_dir, job_file, result, host):
         opts = dict(p, nproc_per_node=nproc, log_dir=os.path.join(job_dir, "ranks"), rdzv_id=p["rdzv_id"] or job_id,
                     wrapper=os.path.join(job_dir, RANK_WRAPPER))
         argv = build_argv(python, opts)
-        env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ)
+        env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ,
+                                 max_restarts=p["max_restarts"])
     except TorchrunError as exc:
         module.fail_json(msg="%s (on %s)" % (exc, host), **result)
     for value in secrets:

@@ -158,6 +158,17 @@ def test_build_env_keeps_a_loglevel_the_user_set():
     assert env["LOGLEVEL"] == "WARNING" and env["PYTHONUNBUFFERED"] == "0" and secrets == []
 
 
+def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():
+    # pytorch #135712: a restarted group reads the previous group's keys from the shared store.
+    static, _ = job_mod.build_env([], {}, "j", "/d", {})
+    restartable, _ = job_mod.build_env([], {}, "j", "/d", {}, max_restarts=2)
+    user_choice, _ = job_mod.build_env([], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "j", "/d", {},
+                                       max_restarts=2)
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in static
+    assert restartable["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
+    assert user_choice["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
+
+
 def test_build_env_refuses_missing_file_and_bad_names(tmp_path):
     with pytest.raises(TorchrunError, match="env_files: /nonexistent.env does not exist"):
         job_mod.build_env(["/nonexistent.env"], {}, "j", "/d", {})
