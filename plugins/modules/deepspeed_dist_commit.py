@@ -11,7 +11,7 @@ version_added: 0.3.0
 description:
   - Run on the controller (C(delegate_to) localhost) by role deepspeed_build after it fetched the wheel and its
     manifest into C(<dist_dir>/.incoming). Renames each of O(names) into O(dist_dir) in the order given (the wheel
-    before its manifest: a manifest in dist/ always has its whole wheel beside it), then removes C(.incoming).
+    before its manifest, so that a manifest in dist/ always has its whole wheel beside it), then removes C(.incoming).
   - Fails naming the file when one of O(names) was not fetched.
 author: multinode.training maintainers (@multinode)
 options:

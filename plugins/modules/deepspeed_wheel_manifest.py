@@ -19,8 +19,8 @@ description:
     checks pass. The manifest records the wheel's sha256, python tag and platform, and everything in
     O(info).
   - With O(publish_to), then moves the wheel, its build log (as C(<wheel>.build.log)) and the manifest, in that
-    order, into that folder, after removing the older wheels, manifests and build logs there (manifests first):
-    a manifest there always names a whole wheel beside it. O(remove) (the staging folder) is deleted after.
+    order, into that folder, after removing the older wheels, manifests and build logs there (manifests first),
+    so that a manifest there always names a whole wheel beside it. O(remove) (the staging folder) is deleted after.
 author: multinode.training maintainers (@multinode)
 options:
   wheel:
