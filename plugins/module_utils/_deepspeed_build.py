@@ -296,9 +296,8 @@ def publish(wheel, manifest_path, build_log, out_dir, remove=None):
     Returns {wheel, manifest_path, build_log, removed: [names]}.
     """
     ensure_dir(out_dir)
-    names = [n for n in os.listdir(out_dir)
-             if n.startswith("deepspeed-") and (n.endswith(".whl") or n.endswith(".whl" + _manifest.SUFFIX)
-                                               or n.endswith(".whl.build.log"))]
+    suffixes = (".whl", ".whl" + _manifest.SUFFIX, ".whl.build.log")
+    names = [n for n in os.listdir(out_dir) if n.startswith("deepspeed-") and n.endswith(suffixes)]
     for name in sorted(names, reverse=True):  # x.whl.manifest.json > x.whl.build.log > x.whl
         os.remove(os.path.join(out_dir, name))
     name = os.path.basename(wheel)

@@ -52,7 +52,7 @@ options:
     description: git commit of the tree (with O(source_tree)).
     type: str
   unpack:
-    description: Unpack a cached sdist or a local tarball that is not unpacked yet (else RV(source.ready) is false).
+    description: Unpack a cached sdist or a local tarball that is not unpacked yet (else the source is not ready).
     type: bool
     default: false
   torch:

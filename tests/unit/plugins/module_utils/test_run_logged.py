@@ -29,5 +29,5 @@ def test_the_shipped_source_runs_as_a_script(tmp_path):
     helper.write_text(inspect.getsource(_run_logged))
     log = tmp_path / "log"
     done = subprocess.run([sys.executable, str(helper), str(log), "--", sys.executable, "-c", "exit(5)"],
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, check=False)
     assert done.returncode == 5 and "rc=5" in done.stderr
