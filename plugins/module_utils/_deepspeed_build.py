@@ -12,6 +12,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import tarfile
 
 from ansible_collections.multinode.training.plugins.module_utils import _manifest
 
@@ -54,12 +56,80 @@ def tree_for_archive(src_cache, archive_sha256):
     return os.path.join(src_cache, "tree-" + archive_sha256[:16])
 
 
-def find_source(kind, src_cache, version, local_path):
+def ensure_dir(path, mode=0o755):
+    """Create path and its missing parents with `mode` (not the umask's); True when something was created."""
+    if os.path.isdir(path):
+        return False
+    parent = os.path.dirname(path.rstrip(os.sep))
+    if parent and parent != path:
+        ensure_dir(parent, mode)
+    os.mkdir(path)
+    os.chmod(path, mode)
+    return True
+
+
+class ArchiveError(ValueError):
+    """An archive that cannot be unpacked safely; str() names the archive and the member."""
+
+
+def unpack_archive(archive, dest):
+    """Unpack a source tarball into dest without its top folder (tar --strip-components=1).
+
+    The files go to a temporary sibling folder first, renamed to dest when complete: a dest
+    that exists is whole. Members that would land outside dest (absolute paths, `..`, links
+    pointing out) are refused before anything is written. Returns dest.
+    """
+    parent = os.path.dirname(dest)
+    ensure_dir(parent)
+    if os.path.isdir(dest):
+        shutil.rmtree(dest)  # an older, incomplete unpack (no setup.py)
+    tmp = "%s.unpacking-%d" % (dest, os.getpid())
+    try:
+        with tarfile.open(archive) as tar:
+            members = []
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                rel = "/".join(parts[1:]).strip("/")
+                if not rel:
+                    continue
+                bad = member.name.startswith("/") or ".." in rel.split("/") or member.isdev()
+                if member.issym():
+                    target = os.path.normpath(os.path.join(os.path.dirname(rel), member.linkname))
+                    bad = bad or member.linkname.startswith("/") or target.split(os.sep)[0] == ".."
+                if bad:
+                    raise ArchiveError("%s: member %r would be unpacked outside the source tree" % (archive, member.name))
+                if member.islnk():
+                    link = "/".join(member.linkname.split("/")[1:])
+                    if not link or member.linkname.startswith("/") or ".." in member.linkname.split("/"):
+                        raise ArchiveError("%s: hard link %r points outside the source tree" % (archive, member.name))
+                    member.linkname = link
+                member.name = rel
+                members.append(member)
+            os.makedirs(tmp)
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, members=members, filter="data")
+            else:
+                tar.extractall(tmp, members=members)
+    except (tarfile.TarError, EOFError, OSError, KeyError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ArchiveError("%s cannot be unpacked: %s" % (archive, exc))
+    except ArchiveError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    os.chmod(tmp, 0o755)
+    os.rename(tmp, dest)
+    return dest
+
+
+def find_source(kind, src_cache, version, local_path, unpack=False):
     """The cached source tree for a request, or why there is none yet (then the role fetches it).
 
-    Returns {ready, tree, archive, sha256, spec, reason}. git is never ready here: a ref may move.
+    Returns {ready, tree, archive, sha256, spec, reason, unpacked}. With unpack, an archive in the
+    cache (or a local tarball) that is not unpacked yet is unpacked now (ArchiveError when it cannot
+    be). git is never ready here: a ref may move.
     """
-    found = {"ready": False, "tree": "", "archive": "", "sha256": None, "spec": "", "commit": None, "reason": ""}
+    found = {"ready": False, "tree": "", "archive": "", "sha256": None, "spec": "", "commit": None, "reason": "",
+             "unpacked": False}
     if kind == "pypi":
         found["spec"] = "deepspeed==%s" % version
         archives = sorted(glob.glob(os.path.join(src_cache, "pypi-%s" % version, "deepspeed-*.tar.gz")))
@@ -82,8 +152,14 @@ def find_source(kind, src_cache, version, local_path):
     found["sha256"] = _manifest.sha256_file(found["archive"])
     tree = tree_for_archive(src_cache, found["sha256"])
     if not os.path.isfile(os.path.join(tree, "setup.py")):
-        found["reason"] = "archive not unpacked yet"
-        return found
+        if not unpack:
+            found["reason"] = "archive not unpacked yet"
+            return found
+        unpack_archive(found["archive"], tree)
+        if not os.path.isfile(os.path.join(tree, "setup.py")):
+            found["reason"] = "%s holds no setup.py under its top folder: not a DeepSpeed source archive" % found["archive"]
+            return found
+        found["unpacked"] = True
     found.update(ready=True, tree=tree)
     return found
 
@@ -173,6 +249,84 @@ def installed_torch(venv_python):
             return None
         return {"version": version, "cuda": None if match.group(1) == "None" else (match.group(2) or None)}
     return None
+
+
+def runtime_torch(venv_python):
+    """{version, cuda} of the venv's torch as `import torch` says (torch.__version__, e.g. 2.13.0+cu130,
+    where pip's metadata says 2.13.0), read from torch/version.py without importing torch; None when absent."""
+    venv = os.path.dirname(os.path.dirname(venv_python))
+    for version_py in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "torch", "version.py"))):
+        with open(version_py, errors="replace") as handle:
+            text = handle.read()
+        version = re.search(r"^__version__\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
+        cuda = re.search(r"^cuda\s*(?::\s*[^=]+)?=\s*(['\"]([^'\"]*)['\"]|None)", text, re.M)
+        if version and cuda:
+            return {"version": version.group(1), "cuda": None if cuda.group(1) == "None" else (cuda.group(2) or None)}
+    return None
+
+
+def stage(workdir, tree, helper_source):
+    """A clean staging folder for one build: staging/src a copy of the source tree (symlinks kept,
+    like cp -a), staging/dist empty, and the build helper written to workdir/run_logged.py.
+    Returns the staging folder."""
+    staging = os.path.join(workdir, "staging")
+    if os.path.lexists(staging):
+        shutil.rmtree(staging)
+    ensure_dir(os.path.join(staging, "dist"))
+    shutil.copytree(tree, os.path.join(staging, "src"), symlinks=True)
+    helper = os.path.join(workdir, "run_logged.py")
+    with open(helper, "w") as handle:
+        handle.write(helper_source)
+    os.chmod(helper, 0o644)
+    return staging
+
+
+def find_wheel(folder):
+    """The one deepspeed-*.whl in folder, or None."""
+    wheels = sorted(glob.glob(os.path.join(folder, "deepspeed-*.whl")))
+    return wheels[0] if len(wheels) == 1 else None
+
+
+def publish(wheel, manifest_path, build_log, out_dir, remove=None):
+    """Move a checked wheel, its build log and its manifest into out_dir, replacing what is there.
+
+    The older wheels, manifests and build logs in out_dir go first, manifests before their wheels;
+    then the wheel, the log (as <wheel>.build.log) and the manifest last: at every moment a manifest
+    in out_dir names a wheel that is whole beside it. `remove` (the staging folder) is deleted after.
+    Returns {wheel, manifest_path, build_log, removed: [names]}.
+    """
+    ensure_dir(out_dir)
+    suffixes = (".whl", ".whl" + _manifest.SUFFIX, ".whl.build.log")
+    names = [n for n in os.listdir(out_dir) if n.startswith("deepspeed-") and n.endswith(suffixes)]
+    for name in sorted(names, reverse=True):  # x.whl.manifest.json > x.whl.build.log > x.whl
+        os.remove(os.path.join(out_dir, name))
+    name = os.path.basename(wheel)
+    placed = {"wheel": os.path.join(out_dir, name), "manifest_path": os.path.join(out_dir, name + _manifest.SUFFIX),
+              "build_log": None, "removed": sorted(names, reverse=True)}
+    shutil.move(wheel, placed["wheel"])
+    if build_log and os.path.isfile(build_log):
+        placed["build_log"] = os.path.join(out_dir, name + ".build.log")
+        shutil.move(build_log, placed["build_log"])
+    shutil.move(manifest_path, placed["manifest_path"])
+    if remove and os.path.lexists(remove):
+        shutil.rmtree(remove)
+    return placed
+
+
+def commit_incoming(dist_dir, names, incoming=".incoming"):
+    """Move dist_dir/.incoming/<name> into dist_dir in the given order (wheel before manifest), then
+    remove .incoming. Returns the names moved."""
+    folder = os.path.join(dist_dir, incoming)
+    moved = []
+    for name in names:
+        src = os.path.join(folder, name)
+        if not os.path.isfile(src):
+            raise IOError("%s is missing: the fetch did not bring it" % src)
+        os.rename(src, os.path.join(dist_dir, name))
+        moved.append(name)
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    return moved
 
 
 def missing_packages(python, source, ops):

@@ -17,7 +17,11 @@ description:
   - Refuses, naming the variable, the bad value and the valid ones, what the plan refuses (arch list,
     ops, accelerator against nvcc and torch). Without a C compiler (before the toolchain role ran) it
     checks what needs none and returns RV(complete=false).
-  - Read-only; never reports a change.
+  - With O(unpack), a cached sdist or local tarball that is not unpacked yet is unpacked into the source
+    cache (a temporary folder renamed when complete); that is its only change. A local path that does not
+    exist is refused, naming the variable.
+  - Returns the facts the play uses (distribution, as C(setup)'s distribution subset; C(env); C(nodename))
+    so that the play gathers none.
 author: multinode.training maintainers (@multinode)
 options:
   source:
@@ -47,6 +51,16 @@ options:
   source_commit:
     description: git commit of the tree (with O(source_tree)).
     type: str
+  unpack:
+    description: Unpack a cached sdist or a local tarball that is not unpacked yet (else the source is not ready).
+    type: bool
+    default: false
+  torch:
+    description:
+      - C({version, cuda}) of the torch an earlier probe of this run resolved; skips pip's dry run. Empty
+        to resolve it here.
+    type: dict
+    default: {}
   workdir:
     description: The role's work folder (venv, source cache, out/).
     type: path
@@ -94,8 +108,18 @@ options:
     description: Whether the role keeps a wheelhouse beside the wheel (then RV(wheelhouse_current) is computed).
     type: bool
     default: true
-extends_documentation_fragment:
-  - multinode.training.attributes.read_only
+attributes:
+  check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
+    support: full
+    details: Pass O(unpack=false) in check mode; then it only reads.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details: Reports a change only when it unpacked an archive.
 """
 
 EXAMPLES = r"""
@@ -165,12 +189,22 @@ git:
   description: Whether /usr/bin/git exists.
   returned: always
   type: bool
+pip_python:
+  description: The interpreter whose pip downloads the sdist (the build venv's when it exists).
+  returned: always
+  type: str
+ansible_facts:
+  description: The distribution facts (as C(setup) gathers them), C(env) and C(nodename).
+  returned: always
+  type: dict
 """
 
 import json
 import os
+import platform
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible_collections.multinode.training.plugins.module_utils import _build_plan, _deepspeed_build, _torch_info
 
 
@@ -184,6 +218,8 @@ def main():
             source_spec=dict(type="str", default=""),
             source_sha256=dict(type="str"),
             source_commit=dict(type="str"),
+            unpack=dict(type="bool", default=False),
+            torch=dict(type="dict", default={}),
             workdir=dict(type="path", required=True),
             python=dict(type="str", default="python3"),
             torch_requirement=dict(type="str", required=True),
@@ -201,15 +237,23 @@ def main():
     p = module.params
     workdir = p["workdir"]
     venv_python = os.path.join(workdir, "venv", "bin", "python")
+    # The facts the play uses, from this round trip: it gathers none itself.
+    facts = DistributionFactCollector().collect(module=module)
+    facts.update(env=dict(os.environ), nodename=platform.node())
     result = dict(changed=False, complete=False, key=None, up_to_date=False, reason="", manifest=None,
                   manifest_sha256=None, wheelhouse_key=None, wheelhouse_current=False, plan=None,
-                  git=os.path.exists("/usr/bin/git"))
+                  git=os.path.exists("/usr/bin/git"), ansible_facts=facts)
 
     # The interpreter (torch_resolve fails naming deepspeed_build_python when there is none).
-    torch = _torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
-                                             venv_python=venv_python, pip_args=p["pip_args"]),
-                                installed_first=_deepspeed_build.installed_torch)
+    if (p["torch"] or {}).get("version"):
+        # Resolved by this run's first probe: pip's dry run would answer the same.
+        torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))
+    else:
+        torch = _torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
+                                                 venv_python=venv_python, pip_args=p["pip_args"]),
+                                    installed_first=_deepspeed_build.installed_torch)
     python_bin = p["python"] if os.path.isabs(p["python"]) else module.get_bin_path(p["python"])
+    result["pip_python"] = venv_python if os.access(venv_python, os.X_OK) else python_bin
     rc, out, err = module.run_command([python_bin, "-c", _deepspeed_build.PYTHON_PROBE])
     if rc != 0:
         module.fail_json(msg="deepspeed_build_python=%s: cannot run: %s" % (json.dumps(p["python"]), (err or out).strip()))
@@ -222,7 +266,15 @@ def main():
         source = {"ready": True, "tree": p["source_tree"], "archive": "", "sha256": p["source_sha256"],
                   "spec": p["source_spec"], "commit": p["source_commit"], "reason": ""}
     else:
-        source = _deepspeed_build.find_source(p["source"], os.path.join(workdir, "src"), p["version"], p["local_path"])
+        if p["source"] == "local" and not os.path.exists(p["local_path"]):
+            module.fail_json(msg="%s: deepspeed_build_local_path=%s: missing on the build host; valid: a DeepSpeed "
+                                 "source tarball or directory there" % (facts["nodename"], json.dumps(p["local_path"])))
+        try:
+            source = _deepspeed_build.find_source(p["source"], os.path.join(workdir, "src"), p["version"],
+                                                  p["local_path"], unpack=p["unpack"])
+        except _deepspeed_build.ArchiveError as exc:
+            module.fail_json(msg=str(exc))
+        result["changed"] = source.pop("unpacked")
     if source["ready"]:
         source["digest"] = _deepspeed_build.source_digest(source["tree"])
         source["version"] = _deepspeed_build.read_version(source["tree"])

@@ -18,10 +18,13 @@ description:
   - Writes C(<wheel>.manifest.json) beside the wheel (see docs/manifest.md), atomically, after the
     checks pass. The manifest records the wheel's sha256, python tag and platform, and everything in
     O(info).
+  - With O(publish_to), then moves the wheel, its build log (as C(<wheel>.build.log)) and the manifest, in that
+    order, into that folder, after removing the older wheels, manifests and build logs there (manifests first),
+    so that a manifest there always names a whole wheel beside it. O(remove) (the staging folder) is deleted after.
 author: multinode.training maintainers (@multinode)
 options:
   wheel:
-    description: Path of the wheel on this host.
+    description: Path of the wheel on this host, or of the folder holding it (exactly one C(deepspeed-*.whl)).
     type: path
     required: true
   ops:
@@ -41,10 +44,16 @@ options:
       - C({torch_requirement, pip_args}) of the wheelhouse collected beside the wheel; with them the module
         returns RV(wheelhouse_key), the stamp that wheelhouse must carry (module_utils/_deepspeed_build.py).
     type: dict
+  publish_to:
+    description: Folder the checked wheel, its build log and its manifest move into (the role's C(out/)).
+    type: path
+  remove:
+    description: Folder deleted once the wheel is published (the build's staging folder).
+    type: path
 attributes:
   check_mode:
     support: full
-    description: Checks the wheel; does not write the manifest.
+    description: Checks the wheel; does not write the manifest or move anything.
   diff_mode:
     support: none
     description: Reports no differences.
@@ -67,7 +76,7 @@ manifest:
   returned: always
   type: dict
 manifest_path:
-  description: Where the manifest is.
+  description: Where the manifest is (in O(publish_to) when given).
   returned: always
   type: str
   sample: /var/tmp/build/staging/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.manifest.json
@@ -79,6 +88,10 @@ wheelhouse_key:
   description: The wheelhouse stamp for this wheel.
   returned: when O(wheelhouse_inputs) is given
   type: str
+published:
+  description: C({wheel, manifest_path, build_log, removed}) with O(publish_to); C(removed) are the older files' names.
+  returned: when O(publish_to) is given
+  type: dict
 """
 
 import os
@@ -103,10 +116,14 @@ def main():
             build_log=dict(type="path"),
             info=dict(type="dict", default={}),
             wheelhouse_inputs=dict(type="dict"),
+            publish_to=dict(type="path"),
+            remove=dict(type="path"),
         ),
         supports_check_mode=True,
     )
     wheel = module.params["wheel"]
+    if os.path.isdir(wheel):
+        wheel = _deepspeed_build.find_wheel(wheel) or os.path.join(wheel, "deepspeed-*.whl")
     if not os.path.isfile(wheel):
         module.fail_json(msg="no wheel at %s: the build did not produce one" % wheel)
     log = ""
@@ -140,6 +157,13 @@ def main():
     changed = _manifest.write(path, manifest, module.check_mode)
     result = dict(changed=changed, manifest=manifest, manifest_path=path,
                   manifest_sha256=_manifest.sha256_text(_manifest.dumps(manifest)))
+    if module.params["publish_to"] and not module.check_mode:
+        try:
+            result["published"] = _deepspeed_build.publish(wheel, path, module.params["build_log"],
+                                                           module.params["publish_to"], module.params["remove"])
+        except (IOError, OSError) as exc:
+            module.fail_json(msg="cannot move the wheel into %s: %s" % (module.params["publish_to"], exc))
+        result.update(changed=True, manifest_path=result["published"]["manifest_path"])
     inputs = module.params["wheelhouse_inputs"]
     if inputs is not None:
         result["wheelhouse_key"] = _deepspeed_build.wheelhouse_key(

@@ -1,8 +1,11 @@
 """Unit tests for _deepspeed_build: source lookup, build key, existing wheel, dist/ comparison."""
 import hashlib
+import io
 import json
 import os
 import tarfile
+
+import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_build as db
 from ansible_collections.multinode.training.plugins.module_utils import _manifest
@@ -154,3 +157,157 @@ def test_missing_packages():
     assert db.missing_packages({"venv": True, "headers": True}, "pypi", []) == []
     assert db.missing_packages({"venv": False, "headers": False}, "git", ["async_io"]) == [
         "python3-venv", "python3-dev", "git", "libaio-dev"]
+
+
+def test_find_source_unpacks_a_cached_sdist_once(tmp_path):
+    src = str(tmp_path / "src")
+    tree, archive = make_sdist(tmp_path)
+    found = db.find_source("pypi", src, "0.19.8", "", unpack=True)
+    assert found["ready"] and found["unpacked"]
+    assert found["tree"] == db.tree_for_archive(src, _manifest.sha256_file(str(archive)))
+    # the top folder is stripped, as tar --strip-components=1 does, and the digest is the tree's
+    assert sorted(os.listdir(found["tree"])) == ["deepspeed", "setup.py", "version.txt"]
+    assert db.source_digest(found["tree"]) == db.source_digest(str(tree))
+    assert oct(os.stat(found["tree"]).st_mode & 0o777) == "0o755"
+    again = db.find_source("pypi", src, "0.19.8", "", unpack=True)
+    assert again["ready"] and not again["unpacked"] and again["tree"] == found["tree"]
+    # a local tarball of the same bytes is the same tree, nothing unpacked again
+    local = db.find_source("local", src, "0.19.8", str(archive), unpack=True)
+    assert local["tree"] == found["tree"] and not local["unpacked"]
+
+
+def test_unpack_replaces_an_incomplete_tree_and_leaves_no_temporary_folder(tmp_path):
+    _tree, archive = make_sdist(tmp_path)
+    dest = tmp_path / "cache" / "tree-x"
+    dest.mkdir(parents=True)
+    (dest / "partial").write_text("left by an interrupted run")
+    db.unpack_archive(str(archive), str(dest))
+    assert sorted(os.listdir(str(dest))) == ["deepspeed", "setup.py", "version.txt"]
+    assert os.listdir(str(dest.parent)) == ["tree-x"]
+
+
+def tar_with(tmp_path, archive_name, **member):
+    archive = tmp_path / archive_name
+    with tarfile.open(str(archive), "w:gz") as tar:
+        info = tarfile.TarInfo("top/setup.py")
+        info.size = 0
+        tar.addfile(info, io.BytesIO(b""))
+        bad = tarfile.TarInfo(member.pop("name"))
+        for key, value in member.items():
+            setattr(bad, key, value)
+        tar.addfile(bad, io.BytesIO(b""))
+    return archive
+
+
+@pytest.mark.parametrize("member", [
+    {"name": "top/../../escape"},
+    {"name": "/abs/file"},
+    {"name": "top/link", "type": tarfile.SYMTYPE, "linkname": "../../etc/passwd"},
+    {"name": "top/link", "type": tarfile.SYMTYPE, "linkname": "/etc/passwd"},
+    {"name": "top/hard", "type": tarfile.LNKTYPE, "linkname": "../etc/passwd"},
+])
+def test_unpack_refuses_members_outside_the_tree(tmp_path, member):
+    archive = tar_with(tmp_path, "bad.tar.gz", **member)
+    dest = tmp_path / "cache" / "tree-bad"
+    with pytest.raises(db.ArchiveError, match="bad.tar.gz"):
+        db.unpack_archive(str(archive), str(dest))
+    assert not dest.exists() and os.listdir(str(dest.parent)) == []
+
+
+def test_unpack_keeps_links_inside_the_tree(tmp_path):
+    archive = tar_with(tmp_path, "ok.tar.gz", name="top/docs/readme", type=tarfile.SYMTYPE, linkname="../setup.py")
+    dest = tmp_path / "tree-ok"
+    db.unpack_archive(str(archive), str(dest))
+    assert os.readlink(str(dest / "docs" / "readme")) == "../setup.py"
+
+
+def test_unpack_names_a_broken_archive(tmp_path):
+    archive = tmp_path / "broken.tar.gz"
+    archive.write_bytes(b"not a tarball")
+    with pytest.raises(db.ArchiveError, match="broken.tar.gz cannot be unpacked"):
+        db.unpack_archive(str(archive), str(tmp_path / "tree"))
+
+
+def test_ensure_dir_sets_the_mode_on_every_folder_it_makes(tmp_path):
+    old = os.umask(0o077)
+    try:
+        assert db.ensure_dir(str(tmp_path / "a" / "b"))
+    finally:
+        os.umask(old)
+    assert oct(os.stat(str(tmp_path / "a")).st_mode & 0o777) == "0o755"
+    assert oct(os.stat(str(tmp_path / "a" / "b")).st_mode & 0o777) == "0o755"
+    assert not db.ensure_dir(str(tmp_path / "a" / "b"))
+
+
+def test_runtime_torch_reads_version_py_as_import_torch_would(tmp_path):
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.11" / "site-packages"
+    assert db.runtime_torch(str(venv / "bin" / "python")) is None
+    (site / "torch").mkdir(parents=True)
+    # a PyPI CUDA torch: pip's metadata says 2.13.0, torch.__version__ 2.13.0+cu130
+    (site / "torch" / "version.py").write_text(
+        "from typing import Optional\n\n__all__ = ['__version__', 'cuda']\n__version__ = '2.13.0+cu130'\n"
+        "debug = False\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")
+    assert db.runtime_torch(str(venv / "bin" / "python")) == {"version": "2.13.0+cu130", "cuda": "13.0"}
+    (site / "torch" / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
+    assert db.runtime_torch(str(venv / "bin" / "python")) == {"version": "2.13.0+cpu", "cuda": None}
+
+
+def test_stage_copies_the_tree_into_a_fresh_staging_folder(tmp_path):
+    tree, _archive = make_sdist(tmp_path)
+    os.symlink("setup.py", str(tree / "link.py"))
+    work = tmp_path / "work"
+    (work / "staging" / "dist").mkdir(parents=True)
+    (work / "staging" / "dist" / "old.whl").write_text("an earlier build")
+    staging = db.stage(str(work), str(tree), "print('helper')\n")
+    assert staging == str(work / "staging")
+    assert os.listdir(str(work / "staging" / "dist")) == []
+    assert os.readlink(str(work / "staging" / "src" / "link.py")) == "setup.py"
+    assert (work / "staging" / "src" / "version.txt").read_text() == "0.19.8\n"
+    assert (work / "run_logged.py").read_text() == "print('helper')\n"
+
+
+def test_find_wheel(tmp_path):
+    assert db.find_wheel(str(tmp_path)) is None
+    (tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl").write_text("w")
+    assert db.find_wheel(str(tmp_path)).endswith("linux_x86_64.whl")
+    (tmp_path / "deepspeed-0.19.9-cp311-cp311-linux_x86_64.whl").write_text("w")
+    assert db.find_wheel(str(tmp_path)) is None
+
+
+def test_publish_replaces_the_previous_build_manifest_last(tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    old_wheel, _m = write_build(out)
+    (out / (old_wheel.name + ".build.log")).write_text("old log")
+    (out / "wheelhouse").mkdir()
+    staging = tmp_path / "staging"
+    (staging / "dist").mkdir(parents=True)
+    wheel = staging / "dist" / "deepspeed-0.19.9-cp311-cp311-linux_x86_64.whl"
+    wheel.write_bytes(b"new wheel")
+    manifest = staging / "dist" / (wheel.name + _manifest.SUFFIX)
+    manifest.write_text("{}")
+    (staging / "build.log").write_text("new log")
+    order = []
+    real_remove, real_move = os.remove, db.shutil.move
+    monkeypatch.setattr(db.os, "remove", lambda p: (order.append(("rm", os.path.basename(p))), real_remove(p)))
+    monkeypatch.setattr(db.shutil, "move", lambda a, b: (order.append(("mv", os.path.basename(b))), real_move(a, b)))
+    placed = db.publish(str(wheel), str(manifest), str(staging / "build.log"), str(out), remove=str(staging))
+    assert order == [("rm", old_wheel.name + _manifest.SUFFIX), ("rm", old_wheel.name + ".build.log"),
+                     ("rm", old_wheel.name), ("mv", wheel.name), ("mv", wheel.name + ".build.log"),
+                     ("mv", wheel.name + _manifest.SUFFIX)]
+    assert sorted(os.listdir(str(out))) == sorted([wheel.name, wheel.name + ".build.log", wheel.name + _manifest.SUFFIX,
+                                                   "wheelhouse"])
+    assert placed["manifest_path"] == str(out / (wheel.name + _manifest.SUFFIX))
+    assert not staging.exists()
+
+
+def test_commit_incoming_moves_in_order_and_removes_the_folder(tmp_path):
+    incoming = tmp_path / ".incoming"
+    incoming.mkdir()
+    (incoming / "a.whl").write_text("wheel")
+    (incoming / "a.whl.manifest.json").write_text("{}")
+    assert db.commit_incoming(str(tmp_path), ["a.whl", "a.whl.manifest.json"]) == ["a.whl", "a.whl.manifest.json"]
+    assert sorted(os.listdir(str(tmp_path))) == ["a.whl", "a.whl.manifest.json"]
+    incoming.mkdir()
+    with pytest.raises(IOError, match="b.whl is missing"):
+        db.commit_incoming(str(tmp_path), ["b.whl"])
