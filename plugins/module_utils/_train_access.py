@@ -6,8 +6,11 @@
 account - resolved, or, when it is missing and the role creates it (``create``), whether it can
 be created (its group exists) and which of the wanted supplementary groups exist; what the account
 must reach, checked as the account (``access_as``); then, only when nothing stands in the way, the
-listener of preflight's reachability check (first node; ``_train_listener``) and the account's
-directories (``ensure_directory``: changed only when created or when owner or mode differ).
+listener of preflight's reachability check (first node; ``_train_listener``), the account's
+directories (``ensure_directory``: changed only when created or when owner or mode differ) and,
+when preflight follows, its probe (``_train_preflight.probe_node``: the job's python, script, code,
+env files and the TCP connect to the listener) - a launch's whole security step and preflight
+probe in one round trip per node.
 Problems are lines naming the variable (``<variable>=<value>: what is wrong; valid: ...``); the
 pure decisions are _train_security's.
 """
@@ -25,6 +28,7 @@ import sys
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_listener
+from ansible_collections.multinode.training.plugins.module_utils._train_preflight import probe_node
 from ansible_collections.multinode.training.plugins.module_utils._train_security import (
     SecurityError,
     check_access,
@@ -170,7 +174,7 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     is_root = (os.geteuid() == 0) if is_root is None else is_root
     problems = []
     result = dict(changed=False, access=[], problems=problems, account_missing=False, groups_present=[],
-                  directories=[], listener=None)
+                  directories=[], listener=None, probe=None)
     # 1. what needs no account: ssh's ports, the firewall tool
     text = ""
     try:
@@ -239,4 +243,13 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
                 continue
             result["directories"].append({"path": entry["path"], "changed": changed})
             result["changed"] = result["changed"] or changed
+    # 5. preflight's probe (read-only; its problems are compared across the nodes by the role)
+    probe = p.get("probe")
+    if probe and not problems:
+        connect = None
+        if probe.get("connect_host"):
+            connect = {"host": probe["connect_host"], "port": probe["connect_port"],
+                       "timeout": probe.get("connect_timeout") or 15}
+        result["probe"] = probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
+                                     probe.get("env_files") or [], connect, probe.get("code"))
     return result

@@ -22,7 +22,9 @@ description:
   - Only when nothing stands in the way - starts the short-lived listener of preflight's reachability check
     (O(listen), on the first node: it binds the rendezvous address, detached, accepts one connection per node
     and exits; a port in use is a problem), then makes the account's O(directories) (owner, group, mode;
-    changed only when one is created or changed).
+    changed only when one is created or changed), then, with O(probe), the preflight probe of module
+    P(multinode.training.train_probe#module) - the security step and the preflight probe of a launch in one
+    round trip.
   - Every problem is returned in RV(problems), one line naming the variable, the value and what is valid;
     the module itself fails only on unusable options.
 author:
@@ -76,6 +78,12 @@ options:
     description: train_firewall - V(auto), V(true) or V(false).
     type: str
     default: auto
+  probe:
+    description:
+      - Also preflight's probe, after everything else passed - the options of module
+        P(multinode.training.train_probe#module) (C(python), C(script), C(chdir), C(env_files), C(code),
+        C(connect_host), C(connect_port), C(connect_timeout)); RV(probe) is its result. Unset - no probe.
+    type: dict
   listen:
     description:
       - Start the reachability check's listener here (the first node) - C(addr), C(port), C(expected)
@@ -164,6 +172,10 @@ directories:
   returned: always
   type: list
   elements: dict
+probe:
+  description: What module P(multinode.training.train_probe#module) returns, for O(probe); null without it or when there are RV(problems).
+  returned: always
+  type: dict
 listener:
   description: The listener started for O(listen) - C(pid), C(error); null without O(listen).
   returned: always
@@ -189,6 +201,7 @@ def main():
             sshd_config=dict(type="path", default="/etc/ssh/sshd_config"),
             firewall=dict(type="str", default="auto"),
             listen=dict(type="dict"),
+            probe=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
