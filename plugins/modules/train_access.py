@@ -20,7 +20,7 @@ description:
     execute, read, enter or write the given paths (the venv's python, the training code). A path that does
     not exist for the module's own user is left out (preflight reports it as missing).
   - Only when nothing stands in the way - starts the short-lived listener of preflight's reachability check
-    (O(listen), on the first node: it binds the rendezvous address, detached, accepts one connection per node
+    (O(listen), on the first node - it binds the rendezvous address, detached, accepts one connection per node
     and exits; a port in use is a problem), then makes the account's O(directories) (owner, group, mode;
     changed only when one is created or changed), then, with O(probe), the preflight probe of module
     P(multinode.training.train_probe#module) - the security step and the preflight probe of a launch in one
