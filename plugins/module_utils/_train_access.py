@@ -25,7 +25,6 @@ import select
 import signal
 import subprocess
 import sys
-import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_listener
 from ansible_collections.multinode.training.plugins.module_utils._train_preflight import probe_node
