@@ -10,6 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Scenarios are picked up from molecule/*/molecule.yml (`default` is the 3-node launch
 # cluster with one verify step per concern); override to run a subset:
 #   make molecule SCENARIOS="toolchain deepspeed_build"
+# Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
 .PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build molecule clean
@@ -20,8 +21,10 @@ demo: venv
 	$(BIN)/ansible-playbook build_deepspeed.yml
 	$(BIN)/ansible-playbook train.yml
 
-## test: everything the tests need, then all tests.
-test: venv-test harness lint sanity unit badinput wheel cuda-build molecule
+## test: everything the tests need, then all tests: lint sanity unit badinput wheel
+## molecule one after another, cuda-build beside them (scripts/run_tests.sh).
+test: venv-test harness
+	MAKE="$(MAKE)" bash scripts/run_tests.sh
 
 $(BIN)/ansible-playbook: requirements.txt
 	bash scripts/bootstrap_venv.sh $(VENV) requirements.txt

@@ -34,7 +34,15 @@ if ! docker info >/dev/null 2>&1; then
       fi
     done
     echo "docker: starting dockerd (log: /var/log/dockerd.log)"
-    setsid nohup dockerd >/var/log/dockerd.log 2>&1 < /dev/null &
+    # dockerd outlives this script: it must not inherit its open files (a
+    # `flock <file> make molecule` would stay locked as long as dockerd runs).
+    (
+      for fd in /proc/self/fd/*; do
+        fd=${fd##*/}
+        [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-"
+      done
+      exec setsid nohup dockerd >/var/log/dockerd.log 2>&1 </dev/null
+    ) &
   fi
 fi
 for _ in $(seq 60); do
