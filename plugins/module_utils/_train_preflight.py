@@ -87,7 +87,7 @@ def env_probe_source():
     return inspect.getsource(_train_env_probe)
 
 
-def try_connect(host, port, timeout, interval=1.0):
+def try_connect(host, port, timeout, interval=0.25):
     """TCP connect to host:port, retried every ``interval`` s for up to ``timeout`` s -> {ok, error, seconds}."""
     start = time.time()
     error = None

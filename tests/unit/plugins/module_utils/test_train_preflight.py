@@ -203,3 +203,11 @@ def test_probe_reports_whether_the_code_is_the_same(tmp_path, probe):
     out = pre.probe_node(sys.executable, run, code={"dest": str(tmp_path / "node"), "manifest": manifest})
     assert out["code"] == {"dest": str(tmp_path / "node"), "same": False, "differ": ["code.py"]}
     assert pre.probe_node(sys.executable, run)["code"] is None
+
+
+def test_code_manifest_filter_names_the_variable():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.multinode.training.plugins.filter.code_manifest import FilterModule
+    manifest = FilterModule().filters()["code_manifest"]
+    with pytest.raises(AnsibleFilterError, match="train_code_src=/nonexistent/y: does not exist on the controller"):
+        manifest("/nonexistent/y")
