@@ -7,12 +7,10 @@ supervisor processes.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
-import shutil
-import subprocess
 import sys
-import io
 import tarfile
 import threading
 import time
@@ -23,22 +21,7 @@ from ansible_collections.multinode.training.plugins.module_utils import _torchru
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as fol
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_job as job_mod
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
-from tests.unit.conftest import FIXTURES
-
-JOBS = FIXTURES / "torchrun" / "jobs"
-
-
-def job_copy(tmp_path, name):
-    target = tmp_path / name
-    shutil.copytree(str(JOBS / name), str(target))
-    return str(target)
-
-
-def _start_supervisor(job_dir, job_id, argv):
-    env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=job_dir)
-    with open(os.path.join(job_dir, "torchrun.log"), "ab") as log:
-        return subprocess.Popen([sys.executable, sup.__file__, job_dir, job_id, "0", "1", job_dir, "--"] + argv,
-                                env=env, start_new_session=True, stdout=log, stderr=subprocess.STDOUT)
+from tests.unit.plugins.module_utils.test_torchrun_job import _start_supervisor, job_copy
 
 
 # ------------------------------------------------------------------ windows
