@@ -563,7 +563,7 @@ def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
 
 
 def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.2, check_every=1.0,
-                 clock=time.time, sleep=time.sleep):
+                 gone_after=3, clock=time.time, sleep=time.sleep):
     """One long poll of a followed wait: block at most ``limit`` s -> (ended, gave_up, barrier_abandoned).
 
     Ended at once (checked every ``poll`` s) when the job ended on this node the way O(state=status)
@@ -577,6 +577,7 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
     deadline = job["start"] + timeout + grace + 30 if timeout and job.get("start") else None
     end_by = clock() + limit
     next_check = 0.0
+    missed = 0
     while True:
         now = clock()
         ended = read_json(result_file) if os.path.exists(result_file) else None
@@ -584,7 +585,11 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
             return True, False, False
         if now >= next_check:
             next_check = now + check_every
-            if ended is None and not job_alive(job.get("pid"), job_id, job_dir, job.get("start")):
+            # The supervisor is taken for gone (without a result) only when ``gone_after`` checks in a
+            # row miss it: one /proc read that fails under load must not end a running job's wait.
+            missed = missed + 1 if ended is None and not job_alive(job.get("pid"), job_id, job_dir,
+                                                                       job.get("start")) else 0
+            if missed >= gone_after:
                 sleep(poll)
                 if not os.path.exists(result_file):
                     return True, False, False

@@ -193,3 +193,20 @@ def test_unpack_skips_members_that_leave_the_destination(tmp_path):
     assert col.unpack_job_archive(buffer.getvalue(), dest) == 1
     assert os.listdir(dest) == ["ok.txt"]
     assert not os.path.exists(str(tmp_path / "evil.txt"))
+
+
+def test_follow_until_takes_the_supervisor_for_gone_only_after_repeated_misses(tmp_path, monkeypatch):
+    """One /proc read that misses the supervisor (a transient failure under load) does not end the
+    wait of a running job; three misses in a row without a result do."""
+    job_dir = str(tmp_path / "flaky")
+    os.makedirs(job_dir)
+    answers = iter([False, True, False, True, True])
+    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: next(answers, True))
+    job = {"job_id": "flaky", "pid": 1, "start": time.time()}
+    assert job_mod.follow_until("flaky", job_dir, job, 1.0, 0, 1, 30, poll=0.05, check_every=0.1) == \
+        (False, False, False)
+    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: False)
+    began = time.time()
+    assert job_mod.follow_until("flaky", job_dir, job, 10, 0, 1, 30, poll=0.05, check_every=0.1) == \
+        (True, False, False)
+    assert time.time() - began < 2
