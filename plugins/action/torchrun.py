@@ -53,6 +53,7 @@ class ActionModule(ActionBase):
         try:
             next_print = time.time()
             first = True
+            answerless = False
             while True:
                 if os.getppid() != parent:
                     # ansible-playbook is gone (killed): stop renewing the lease, the nodes end the job.
@@ -63,8 +64,14 @@ class ActionModule(ActionBase):
                 polled = self._execute_module(module_name=MODULE, module_args=dict(args, follow_limit=window),
                                               task_vars=task_vars)
                 if polled.get("failed") and not polled.get("done"):
+                    if "done" not in polled and "module_stdout" in polled and not answerless:
+                        # The call died without an answer (a long poll is nearly always in flight when a
+                        # node goes away): poll once more - a node that is gone is then unreachable.
+                        answerless = True
+                        continue
                     result.update(polled)
                     return result
+                answerless = False
                 if polled.get("done"):
                     break
                 now = time.time()
