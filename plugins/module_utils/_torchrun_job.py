@@ -587,8 +587,8 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
             next_check = now + check_every
             # The supervisor is taken for gone (without a result) only when ``gone_after`` checks in a
             # row miss it: one /proc read that fails under load must not end a running job's wait.
-            missed = missed + 1 if ended is None and not job_alive(job.get("pid"), job_id, job_dir,
-                                                                       job.get("start")) else 0
+            gone = ended is None and not job_alive(job.get("pid"), job_id, job_dir, job.get("start"))
+            missed = missed + 1 if gone else 0
             if missed >= gone_after:
                 sleep(poll)
                 if not os.path.exists(result_file):
