@@ -1,23 +1,36 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Action for multinode.training.torchrun: with follow=true and state=finished, poll until the job ended.
+"""Action for multinode.training.torchrun: with follow=true and state=finished, wait until the job ended.
 
-Each poll is one module call (O(state=status)) on the node: it renews the job's controller lease
-(``<job dir>/lease``, watched by the node's watcher) and returns the node's progress, which the
-controller prints: running ranks, restarts, seconds since the start, the last line of local rank 0.
-When the job has ended on the node, one O(state=finished) call returns the full result. If the
-controller goes away, the polls stop and the nodes stop the job when the lease runs out. One task
-for any job length: no include recursion, no retry messages.
+Each call is one long poll on the node (O(state=finished) with O(follow_limit)): it renews the job's
+controller lease (``<job dir>/lease``, watched by the node's watcher) once, then waits on the node
+until the job ended there - it returns at once then, with the full finished result - or until the
+window is over, returning the node's progress, which the controller prints every O(poll) seconds
+(running ranks, restarts, seconds since the start, the last line of local rank 0). The window ends
+at the next progress line and is at most a third of the lease (the node clamps it). Between calls
+the action checks that ansible-playbook is still there; if it went away the polls stop and the nodes
+stop the job when the lease runs out.
+
+With ``collect_to`` (a controller directory), the finished result carries the node's job directory
+as an archive (inline; a big one is fetched from the node and removed there), unpacked into
+``collect_to`` here: no collect tasks, no extra round trip. One task for any job length.
 """
 from __future__ import annotations
 
+import base64
 import os
 import time
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import unpack_job_archive
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import next_window
+
 display = Display()
+MODULE = "multinode.training.torchrun"
+# Longest long poll: ansible-playbook's death is noticed within this (plus one round trip).
+LONGEST_WINDOW = 10.0
 
 
 class ActionModule(ActionBase):
@@ -28,34 +41,84 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         follow = args.pop("follow", False)
         poll = float(args.pop("poll", 10) or 10)
-        module = "multinode.training.torchrun"
+        collect_to = args.pop("collect_to", None)
         if not (follow and args.get("state", "finished") == "finished") or self._task.check_mode:
-            result.update(self._execute_module(module_name=module, module_args=args, task_vars=task_vars))
+            result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
             return result
         host = task_vars.get("inventory_hostname") if task_vars else None
-        status_args = {"state": "status", "job_id": args.get("job_id") or args.get("rdzv_id"),
-                       "log_dir": args.get("log_dir") or "/var/log/multinode-training"}
+        if collect_to:
+            args["archive"] = os.path.join(args.get("log_dir") or "/var/log/multinode-training",
+                                           "%s.%s.logs.tgz" % (args.get("job_id") or args.get("rdzv_id"), host))
         parent = os.getppid()
         try:
-            last_print = 0.0
+            next_print = time.time()
+            first = True
+            answerless = False
             while True:
                 if os.getppid() != parent:
                     # ansible-playbook is gone (killed): stop renewing the lease, the nodes end the job.
                     result.update(failed=True, msg="the controller (ansible-playbook) went away")
                     return result
-                polled = self._execute_module(module_name=module, module_args=status_args, task_vars=task_vars)
-                if polled.get("failed"):
+                window = next_window(time.time(), next_print, min(poll, LONGEST_WINDOW), first)
+                first = False
+                polled = self._execute_module(module_name=MODULE, module_args=dict(args, follow_limit=window),
+                                              task_vars=task_vars)
+                if polled.get("failed") and not polled.get("done"):
+                    if "done" not in polled and "module_stdout" in polled and not answerless:
+                        # The call died without an answer (a long poll is nearly always in flight when a
+                        # node goes away): poll once more - a node that is gone is then unreachable.
+                        answerless = True
+                        continue
                     result.update(polled)
                     return result
+                answerless = False
                 if polled.get("done"):
                     break
                 now = time.time()
-                if now - last_print >= poll - 0.5:
+                if now >= next_print - 0.5:
                     display.display("[%s] %s" % (host, polled.get("progress")))
-                    last_print = now
-                # Poll faster than the progress lines: a stop is seen within seconds.
-                time.sleep(min(poll, 3.0))
-            result.update(self._execute_module(module_name=module, module_args=args, task_vars=task_vars))
+                    next_print = now + poll
+            packed = polled.pop("archive", None)
+            result.update(polled)
+            if collect_to:
+                result.update(self._collect(packed, collect_to, task_vars))
             return result
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _collect(self, packed, dest, task_vars):
+        """The node's job directory into ``dest``: inline, or fetched and removed on the node."""
+        packed = packed or {}
+        if packed.get("error"):
+            return {"collected": False, "collect_error": packed["error"]}
+        if packed.get("inline") is not None:
+            data = base64.b64decode(packed["inline"])
+        elif packed.get("path"):
+            try:
+                data = self._fetch_and_remove(packed["path"], dest, task_vars)
+            except (IOError, OSError) as exc:
+                return {"collected": False, "collect_error": str(exc)}
+        else:
+            return {"collected": False}
+        count = unpack_job_archive(data, dest)
+        return {"collected": True, "collected_files": count, "collected_to": dest}
+
+    def _fetch_and_remove(self, path, dest, task_vars):
+        """A big archive: ansible.builtin.fetch (it deals with become), then ansible.builtin.file absent."""
+        local = dest.rstrip("/") + ".tgz"
+        task = self._task.copy()
+        task.args = {"src": path, "dest": local, "flat": True}
+        fetch = self._shared_loader_obj.action_loader.get(
+            "ansible.builtin.fetch", task=task, connection=self._connection, play_context=self._play_context,
+            loader=self._loader, templar=self._templar, shared_loader_obj=self._shared_loader_obj)
+        try:
+            fetched = fetch.run(task_vars=task_vars)
+            if fetched.get("failed"):
+                raise OSError("fetch of %s failed: %s" % (path, fetched.get("msg")))
+            with open(local, "rb") as handle:
+                return handle.read()
+        finally:
+            self._execute_module(module_name="ansible.builtin.file", module_args={"path": path, "state": "absent"},
+                                 task_vars=task_vars)
+            if os.path.exists(local):
+                os.remove(local)

@@ -5,11 +5,17 @@
 Shared by the torchrun module (one node's ``<log_dir>/<job id>/``) and the slurm_job module (one
 directory per node under the Slurm job's directory, read on the submit host). The parsing and the
 root-cause choice are _torchrun's; this file only reads the files.
+
+``pack_job_dir`` (node) and ``unpack_job_archive`` (controller, action torchrun) move one node's
+job directory to the controller with the wait's last call: inline in its result when small.
 """
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
+import tarfile
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
@@ -124,3 +130,73 @@ def collect(job_dir, job, result_data, tail_lines, host):
                 out["root_cause_line"] += ": " + str(parse_error_file(recorded)["message"])
         out["log_tail"] = tail(log_text or agent_log, tail_lines)
     return out
+
+
+# Archives up to this size travel inline (base64) in the wait's last result: no extra round trip.
+INLINE_MAX = 16 * 1024 * 1024
+
+
+def pack_job_dir(job_dir, path, inline_max=INLINE_MAX):
+    """tar.gz of ``job_dir`` (its name as the top directory, like ``tar -C <log dir> <job id>``).
+
+    Up to ``inline_max`` bytes -> ``{"inline": base64 text, "path": None, "size"}`` and no file is
+    left; larger -> written to ``path`` (``{"inline": None, "path": path, "size"}``), for the
+    controller to fetch and remove.
+    """
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
+        archive.add(job_dir, arcname=os.path.basename(job_dir.rstrip("/")))
+    data = buffer.getvalue()
+    if len(data) <= inline_max:
+        return {"inline": base64.b64encode(data).decode("ascii"), "path": None, "size": len(data)}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+    return {"inline": None, "path": path, "size": len(data)}
+
+
+def _stripped(member):
+    """The member's name without its top directory ('' for the top itself); None when unsafe."""
+    parts = [p for p in member.name.split("/") if p not in ("", ".")]
+    if not parts or member.name.startswith("/") or ".." in parts:
+        return None
+    return "/".join(parts[1:])
+
+
+def unpack_job_archive(data, dest):
+    """Unpack a job archive (bytes) into ``dest`` without its top directory (``--strip-components=1``),
+    owned by the controller's user (``--no-same-owner``): ``dest`` is made 0700 (the logs are the
+    job's); only files and directories, none that would leave it (absolute, ``..``).
+    Returns the number of files written."""
+    if not os.path.isdir(dest):
+        os.makedirs(dest)
+    os.chmod(dest, 0o700)
+    count = 0
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
+        for member in archive.getmembers():
+            name = _stripped(member)
+            if not name or not (member.isfile() or member.isdir()):
+                continue
+            target = os.path.join(dest, name)
+            if member.isdir():
+                if not os.path.isdir(target):
+                    os.makedirs(target)
+                os.chmod(target, (member.mode & 0o755) | 0o700)
+                continue
+            parent = os.path.dirname(target)
+            if not os.path.isdir(parent):
+                os.makedirs(parent)
+            if os.path.lexists(target):
+                os.remove(target)
+            source = archive.extractfile(member)
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as handle:
+                while True:
+                    chunk = source.read(1 << 20)
+                    if not chunk:
+                        break
+                    handle.write(chunk)
+            os.chmod(target, (member.mode & 0o755) | 0o600)
+            os.utime(target, (member.mtime, member.mtime))
+            count += 1
+    return count

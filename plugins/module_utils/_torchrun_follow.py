@@ -144,19 +144,48 @@ def rank0_line(job_dir):
     return lines[-1][-200:] if lines else None
 
 
+def job_done(job, ended, state, now, proc="/proc"):
+    """The job ended on this node: the supervisor recorded the result (``ended``, result.json) and the
+    watcher is done (``state``, watch_state.json, is final, or the watcher is gone; the hub waits up to
+    the lost timeout for the other nodes, to tell a lost node from a failure); never much later."""
+    return bool(ended) and (bool((state or {}).get("final")) or not watcher_alive(job, proc) or
+                            now - float(ended.get("end") or now) > 30)
+
+
+def renew_lease(job_dir):
+    """The controller is alive: touch ``<job dir>/lease`` (the watcher stops the job when it gets old)."""
+    lease = os.path.join(job_dir, "lease")
+    if os.path.exists(lease):
+        os.utime(lease, None)
+
+
+def follow_window(requested, lease):
+    """Seconds one long poll (O(state=finished) with follow_limit) may wait on the node: what the
+    controller asked for, at most a third of the job's lease (each call renews it once, at its
+    start), at least 0.5 s."""
+    window = max(0.5, float(requested or 0))
+    if lease and float(lease) > 0:
+        window = min(window, float(lease) / 3.0)
+    return max(0.5, window)
+
+
+def next_window(now, next_print, longest, first=False):
+    """The controller's next long-poll window: up to the next progress line (``next_print``), at most
+    ``longest`` s, at least 1 s; the first call is short, so that a progress line comes early."""
+    if first:
+        return 1.0
+    return max(1.0, min(float(longest), next_print - now))
+
+
 def status(job_id, job_dir, job, renew=True, now=None):
     """One poll: renew the controller's lease, return the node's progress."""
     now = time.time() if now is None else now
-    lease = os.path.join(job_dir, "lease")
-    if renew and os.path.exists(lease):
-        os.utime(lease, None)
+    if renew:
+        renew_lease(job_dir)
     state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
     local = state.get("local") or {}
     ended = read_json(os.path.join(job_dir, "result.json"))
-    # Ended when the supervisor recorded the result and the watcher is done (the hub waits up to the
-    # lost timeout for the other nodes, to tell a lost node from a failure); never much later.
-    done = bool(ended) and (bool(state.get("final")) or not watcher_alive(job) or
-                            now - float(ended.get("end") or now) > 30)
+    done = job_done(job, ended, state, now)
     out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
                elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
                stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],

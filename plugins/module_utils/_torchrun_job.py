@@ -34,7 +34,9 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
     validate_job_id,
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import (
+    INLINE_MAX,
     collect,
+    pack_job_dir,
     read_json,
     read_text,
 )
@@ -42,6 +44,9 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_follo
     RANK_WRAPPER,
     WATCHER,
     add_watch_state,
+    follow_window,
+    job_done,
+    renew_lease,
     status,
     stop_watcher,
     watcher_env,
@@ -98,6 +103,11 @@ ARGUMENT_SPEC = dict(
     # follow/poll are the action plugin's (plugins/action/torchrun.py); watch: _torchrun_follow.
     follow=dict(type="bool", default=False),
     poll=dict(type="int", default=10),
+    # Set by the action for each long poll of a followed wait, and where the job directory's archive
+    # goes when it is too big to travel in the result.
+    follow_limit=dict(type="float", default=0),
+    archive=dict(type="path"),
+    archive_inline_max=dict(type="int", default=INLINE_MAX),
     watch=dict(type="dict", options=dict(
         hub=dict(type="bool", default=False),
         hub_addr=dict(type="str"),
@@ -274,12 +284,13 @@ def run_module(module):
 
     if p["state"] == "stopped":
         stop(module, job_id, job_dir, job, result, host)
-    if p["state"] == "status":
+    if p["state"] == "status" or (p["state"] == "finished" and p["follow_limit"]):
         if job is None:
             module.fail_json(msg="job_id=%s: no such job on %s (no %s); valid: the id of a job started on this node"
                                  % (job_id, host, job_file), **result)
-        result.update(status(job_id, job_dir, job, renew=not module.check_mode))
-        module.exit_json(**result)
+        if p["state"] == "status":
+            result.update(status(job_id, job_dir, job, renew=not module.check_mode))
+            module.exit_json(**result)
 
     wait_only = p["state"] == "finished" and job is not None
     if job is None:
@@ -304,6 +315,8 @@ def run_module(module):
         module.exit_json(**result)
     if wait_only:
         result["changed"] = False
+    if wait_only and p["follow_limit"]:
+        follow(module, job_id, job_dir, job, result, host)
     wait(module, job_id, job_dir, job, result, host)
 
 
@@ -557,11 +570,85 @@ def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
     return False, False
 
 
+def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.2, check_every=1.0,
+                 gone_after=3, clock=time.time, sleep=time.sleep):
+    """One long poll of a followed wait: block at most ``limit`` s -> (ended, gave_up, barrier_abandoned).
+
+    Ended at once (checked every ``poll`` s) when the job ended on this node the way O(state=status)
+    says ``done`` (result.json and the watcher is done), also when a stop of the watchers ended it;
+    the supervisor's liveness, the deadline and the exit barrier (as in ``wait_for_end``) are checked
+    every ``check_every`` s (they scan /proc). (False, False, False): still running, poll again.
+    """
+    result_file = os.path.join(job_dir, "result.json")
+    state_file = os.path.join(job_dir, "watch_state.json")
+    log_file = os.path.join(job_dir, "torchrun.log")
+    deadline = job["start"] + timeout + grace + 30 if timeout and job.get("start") else None
+    end_by = clock() + limit
+    next_check = 0.0
+    missed = 0
+    while True:
+        now = clock()
+        ended = read_json(result_file) if os.path.exists(result_file) else None
+        if ended is not None and job_done(job, ended, read_json(state_file), now):
+            return True, False, False
+        if now >= next_check:
+            next_check = now + check_every
+            # The supervisor is taken for gone (without a result) only when ``gone_after`` checks in a
+            # row miss it: one /proc read that fails under load must not end a running job's wait.
+            gone = ended is None and not job_alive(job.get("pid"), job_id, job_dir, job.get("start"))
+            missed = missed + 1 if gone else 0
+            if missed >= gone_after:
+                sleep(poll)
+                if not os.path.exists(result_file):
+                    return True, False, False
+            if deadline and now > deadline:
+                stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+                return True, True, False
+            # The node's ranks succeeded and torchrun waits in its exit barrier for the other agents;
+            # the log's last write is when that began (no line is logged while it waits).
+            if ended is None and local_workers_succeeded(read_tail(log_file)):
+                try:
+                    since = os.path.getmtime(log_file)
+                except OSError:
+                    since = now
+                if now - since > barrier_grace:
+                    stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+                    return True, False, True
+        if now >= end_by:
+            return False, False, False
+        sleep(min(poll, max(0.0, end_by - now)))
+
+
+def follow(module, job_id, job_dir, job, result, host):
+    """A followed wait's long poll: renew the lease, wait up to follow_limit s; the progress when the job
+    still runs (RV(done) false), else the finished result (``finish``) with RV(done) true."""
+    p = module.params
+    renew_lease(job_dir)
+    conf = read_json(os.path.join(job_dir, "watch.json")) or {}
+    limit = follow_window(p["follow_limit"], conf.get("lease"))
+    timeout = p["timeout"] or job.get("timeout") or 0
+    grace = job.get("stop_grace", p["stop_grace"])
+    ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"])
+    if not ended:
+        result.update(status(job_id, job_dir, job, renew=False))
+        result["done"] = False
+        module.exit_json(**result)
+    result["done"] = True
+    finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
+
+
 def wait(module, job_id, job_dir, job, result, host):
     p = module.params
     timeout = p["timeout"] or job.get("timeout") or 0
     grace = job.get("stop_grace", p["stop_grace"])
     gave_up, abandoned = wait_for_end(job_id, job_dir, job, timeout, grace, p["exit_barrier_grace"])
+    finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
+
+
+def finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace):
+    """The job ended on this node: its result, what the watchers decided, leftovers stopped, the job
+    directory packed for the controller (O(archive)), the verdict."""
+    p = module.params
     data = read_json(os.path.join(job_dir, "result.json"))
     result.update(collect(job_dir, job, data, p["tail_lines"], host))
     add_watch_state(job_dir, result)
@@ -570,6 +657,13 @@ def wait(module, job_id, job_dir, job, result, host):
     killed, survivors = stop_job(job_id, grace=grace, job_dir=job_dir)
     result.update(killed=killed, survivors=describe(survivors),
                   firewall_table=remove_firewall(module, job_id) or result.get("firewall_table"))
+    if p["archive"]:
+        # The job's logs travel with this result (or, when big, wait in O(archive) for a fetch).
+        try:
+            packed = pack_job_dir(job_dir, p["archive"], p["archive_inline_max"])
+        except (IOError, OSError) as exc:
+            packed = {"inline": None, "path": None, "error": "cannot pack %s: %s" % (job_dir, exc)}
+        result["archive"] = packed
     if survivors:
         module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
                              % (job_id, len(survivors), host, result["survivors"]), **result)

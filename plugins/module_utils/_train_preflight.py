@@ -10,10 +10,13 @@ valid: ...``); filter multinode.training.train_preflight_problems is its face in
 """
 from __future__ import annotations
 
+import grp
 import inspect
 import json
 import os
+import pwd
 import socket
+import stat
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_env_probe
@@ -23,12 +26,68 @@ from ansible_collections.multinode.training.plugins.module_utils._package_set im
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
 
 
+class CodeError(ValueError):
+    """train_code_src cannot be read on the controller."""
+
+
+def code_manifest(src):
+    """train_code_src (controller) -> {relative path on the node: {"sha256", "mode"}}, the paths
+    ansible.builtin.copy gives them under the destination directory: a file by its name, a
+    directory ending in ``/`` by its contents, any other directory under its own name; links
+    followed (copy's local_follow), mode as copy's ``mode: preserve`` sets it."""
+    text = str(src or "")
+    path = text.rstrip("/") or "/"
+    if not os.path.exists(path):
+        raise CodeError("train_code_src=%s: does not exist on the controller; valid: a file or directory" % text)
+    if os.path.isfile(path):
+        return {os.path.basename(path): _file_entry(path)}
+    base = path if text.endswith("/") else os.path.dirname(path)
+    files = {}
+    for root, _dirs, names in os.walk(path, followlinks=True):
+        for name in names:
+            full = os.path.join(root, name)
+            if os.path.isfile(full):
+                files[os.path.relpath(full, base)] = _file_entry(full)
+    return files
+
+
+def _file_entry(path):
+    return {"sha256": sha256_file(path), "mode": "%04o" % stat.S_IMODE(os.stat(path).st_mode)}
+
+
+def code_differences(dest, manifest, owner=None, group=None):
+    """The node's copy under ``dest`` against the controller's ``manifest`` -> relative paths that
+    differ (missing, other content, mode, owner or - when given - group), sorted."""
+    differ = []
+    for rel in sorted(manifest or {}):
+        want = manifest[rel]
+        path = os.path.join(dest, rel)
+        try:
+            st = os.stat(path)
+        except OSError:
+            differ.append(rel)
+            continue
+        if not stat.S_ISREG(st.st_mode) or "%04o" % stat.S_IMODE(st.st_mode) != want.get("mode") or \
+                (owner and _name(pwd.getpwuid, st.st_uid) != owner) or \
+                (group and _name(grp.getgrgid, st.st_gid) != group) or sha256_file(path) != want.get("sha256"):
+            differ.append(rel)
+    return differ
+
+
+def _name(lookup, number):
+    try:
+        entry = lookup(number)
+    except KeyError:
+        return str(number)
+    return getattr(entry, "pw_name", None) or getattr(entry, "gr_name", None)
+
+
 def env_probe_source():
     """Source of _train_env_probe.py, run by the job's python (works from AnsiballZ's zip too)."""
     return inspect.getsource(_train_env_probe)
 
 
-def try_connect(host, port, timeout, interval=1.0):
+def try_connect(host, port, timeout, interval=0.25):
     """TCP connect to host:port, retried every ``interval`` s for up to ``timeout`` s -> {ok, error, seconds}."""
     start = time.time()
     error = None
@@ -44,12 +103,13 @@ def try_connect(host, port, timeout, interval=1.0):
         time.sleep(interval)
 
 
-def probe_node(python, run, script=None, chdir=None, env_files=(), connect=None):
+def probe_node(python, run, script=None, chdir=None, env_files=(), connect=None, code=None):
     """Everything preflight compares, from this node.
 
     ``run(argv) -> (rc, stdout, stderr)`` runs the job's python; ``env_files`` is a list of
-    {var, path}; ``connect`` ({host, port, timeout}) is the rendezvous address to reach over TCP.
-    Never raises for what it finds: problems are for ``compare``.
+    {var, path}; ``connect`` ({host, port, timeout}) is the rendezvous address to reach over TCP;
+    ``code`` ({dest, manifest, owner, group}) the controller's train_code_src to compare the node's
+    copy with (``same``: no copy needed). Never raises for what it finds: problems are for ``compare``.
     """
     out = {"python": {"path": python, "executable": bool(python) and os.path.isfile(python)
                       and os.access(python, os.X_OK)},
@@ -70,6 +130,12 @@ def probe_node(python, run, script=None, chdir=None, env_files=(), connect=None)
     out["chdir"] = {"path": chdir, "isdir": os.path.isdir(chdir)} if chdir else None
     out["env_files"] = [{"var": f.get("var"), "path": f.get("path"), "exists": os.path.isfile(f.get("path") or "")}
                         for f in env_files or []]
+    if code:
+        differ = code_differences(code.get("dest") or "", code.get("manifest") or {}, code.get("owner"),
+                                  code.get("group"))
+        out["code"] = {"dest": code.get("dest"), "same": not differ, "differ": differ[:20]}
+    else:
+        out["code"] = None
     if connect:
         out["connect"] = dict(try_connect(connect["host"], connect["port"], float(connect.get("timeout") or 15)),
                               host=connect["host"], port=int(connect["port"]))

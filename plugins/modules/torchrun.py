@@ -192,6 +192,24 @@ options:
     description: Seconds between progress lines with O(follow).
     type: int
     default: 10
+  follow_limit:
+    description:
+      - Set by the action for each long poll of O(follow) (leave it unset) - with O(state=finished) and a started
+        job, wait on the node at most this many seconds (at most a third of the job's lease, O(watch.lease)),
+        returning at once when the job ended there (RV(done) true, the full result) and otherwise its progress
+        (RV(done) false, RV(progress)); the lease is renewed once, at the start. V(0) - wait until the end.
+    type: float
+    default: 0
+  archive:
+    description:
+      - With O(follow_limit) - pack the job directory when the job ended (RV(archive)); an archive larger than
+        O(archive_inline_max) bytes is written to this path on the node for the controller to fetch and remove.
+        The action sets it from its C(collect_to) (a controller directory the job directory is unpacked into).
+    type: path
+  archive_inline_max:
+    description: Largest archive (bytes) that travels inline, base64 in RV(archive).
+    type: int
+    default: 16777216
   watch:
     description:
       - The job's watcher (C(mt_watch.py) in the job directory, started next to the supervisor). Every rank runs
@@ -429,7 +447,7 @@ progress:
   type: str
 done:
   description: Whether the job ended on this node.
-  returned: state is status
+  returned: state is status, or with O(follow_limit)
   type: bool
 stop_line:
   description: Why the watchers stopped the job everywhere (first failure, lost node, lease); null when they did not.
@@ -444,6 +462,12 @@ lost:
   returned: state is finished or status
   type: list
   elements: str
+archive:
+  description:
+    - The job directory packed for the controller - C(inline) (base64 of the tar.gz, or null), C(path) (the file
+      on the node when too big for inline, or null), C(size); the action unpacks it and drops it from the result.
+  returned: with O(archive), when the job ended
+  type: dict
 survivors:
   description: Processes of the job still alive after stopping (the module fails when there are any).
   returned: state is stopped or finished

@@ -6,17 +6,25 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: train_access
-short_description: Check, before a job starts, that its user can run it and its port can be guarded
+short_description: The security step of a training job on one node, in one round trip
 version_added: 0.1.0
 description:
-  - One read-only round trip per node for the security preflight of role multinode.training.train.
-  - Resolves the job's account (uid, primary and supplementary groups, home), then checks as that
-    account - in a child process that switched to its uid, gid and groups - that it can execute,
-    read, enter or write the given paths (the venv's python, the training code, the log directory).
-    A path that does not exist for the module's own user is left out (preflight reports it as missing).
-  - Finds C(nft) and C(iptables), tries the job's nftables rule in nft's check mode (C(nft -c)), and decides whether this node guards the rendezvous port
-    (O(firewall)); refuses a rendezvous port that is one of ssh's ports (C(Port) lines of
-    O(sshd_config), 22 when there are none, and O(ssh_ports)).
+  - One round trip per node for the security step of role multinode.training.train, in this order.
+  - Refuses a rendezvous port that is one of ssh's ports (C(Port) lines of O(sshd_config), 22 when there are
+    none, and O(ssh_ports)); finds C(nft) and C(iptables), tries the job's nftables rule in nft's check mode
+    (C(nft -c)) and decides whether this node guards the rendezvous port (O(firewall)).
+  - Resolves the job's account (uid, primary and supplementary groups, home). A missing account is not a
+    problem when the role creates it (O(create)) and its group exists; RV(account_missing) says so and
+    RV(groups_present) lists which of O(user_groups) exist, for the role's ansible.builtin.user task.
+  - Checks as that account - in a child process that switched to its uid, gid and groups - that it can
+    execute, read, enter or write the given paths (the venv's python, the training code). A path that does
+    not exist for the module's own user is left out (preflight reports it as missing).
+  - Only when nothing stands in the way - starts the short-lived listener of preflight's reachability check
+    (O(listen), on the first node - it binds the rendezvous address, detached, accepts one connection per node
+    and exits; a port in use is a problem), then makes the account's O(directories) (owner, group, mode;
+    changed only when one is created or changed), then, with O(probe), the preflight probe of module
+    P(multinode.training.train_probe#module) - the security step and the preflight probe of a launch in one
+    round trip.
   - Every problem is returned in RV(problems), one line naming the variable, the value and what is valid;
     the module itself fails only on unusable options.
 author:
@@ -24,16 +32,32 @@ author:
 options:
   user:
     description:
-      - The job's account (train_user). It must exist.
-      - Unset - only the port and firewall checks (before the account is created).
+      - The job's account (train_user).
+      - Unset - only the port and firewall checks.
     type: str
   group:
     description: Primary group (train_group); unset - the account's own.
     type: str
+  create:
+    description: The role creates O(user) when it is missing (the play runs as root).
+    type: bool
+    default: false
+  user_groups:
+    description: Supplementary groups wanted for a created account; RV(groups_present) says which exist.
+    type: list
+    elements: str
+    default: []
   checks:
     description:
       - What the account must be able to do - dicts with C(var) (the variable, for messages), C(path) and
         C(need) - V(x) execute, V(r) read, V(rx) enter a directory, V(w) write.
+    type: list
+    elements: dict
+    default: []
+  directories:
+    description:
+      - Directories owned by the account (and O(group) when set) - dicts with C(var) (for messages), C(path)
+        and C(mode) (octal string, default V(0750)). Made only when every check passed and the account exists.
     type: list
     elements: dict
     default: []
@@ -54,8 +78,34 @@ options:
     description: train_firewall - V(auto), V(true) or V(false).
     type: str
     default: auto
-extends_documentation_fragment:
-  - multinode.training.attributes.read_only
+  probe:
+    description:
+      - Also preflight's probe, after everything else passed - the options of module
+        P(multinode.training.train_probe#module) (C(python), C(script), C(chdir), C(env_files), C(code),
+        C(connect_host), C(connect_port), C(connect_timeout)); RV(probe) is its result. Unset - no probe.
+    type: dict
+  listen:
+    description:
+      - Start the reachability check's listener here (the first node) - C(addr), C(port), C(expected)
+        (connections to wait for, one per node) and C(timeout) (seconds it lives at most); unset - none.
+      - A listener that an earlier run left on the same port is stopped first.
+    type: dict
+attributes:
+  check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
+    support: full
+    details:
+      - In check mode the directories are reported, not made.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
+    support: none
+  idempotent:
+    description: Whether the module changes nothing when run twice.
+    support: full
+  platform:
+    description: Target OS/families that can be operated against.
+    support: full
+    platforms: posix
 """
 
 EXAMPLES = r"""
@@ -108,82 +158,33 @@ problems:
   returned: always
   type: list
   elements: str
+account_missing:
+  description: O(user) does not exist on this node (the role creates it when O(create)).
+  returned: always
+  type: bool
+groups_present:
+  description: Those of O(user_groups) that exist on this node.
+  returned: always
+  type: list
+  elements: str
+directories:
+  description: Per directory made or checked - C(path), C(changed).
+  returned: always
+  type: list
+  elements: dict
+probe:
+  description: What module P(multinode.training.train_probe#module) returns, for O(probe); null without it or when there are RV(problems).
+  returned: always
+  type: dict
+listener:
+  description: The listener started for O(listen) - C(pid), C(error); null without O(listen).
+  returned: always
+  type: dict
 """
-
-import grp
-import json
-import os
-import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._train_security import (
-    SecurityError,
-    check_access,
-    decide_firewall,
-    parse_sshd_ports,
-    port_problem,
-    render_table,
-    table_name,
-)
-
-_MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
-
-
-def _why(path):
-    """Why a path cannot be used (as the current process): the error of stat, or None."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        return exc.strerror
-    return None
-
-
-def _probe(checks):
-    return [(os.access(c["path"], _MODES[c["need"]]), _why(c["path"])) for c in checks]
-
-
-def access_as(account, checks):
-    """Run os.access for every check in a child that switched to the account; [(ok, error)]."""
-    if os.geteuid() == account["uid"] or os.geteuid() != 0:
-        return _probe(checks)
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - child
-        os.close(read_fd)
-        try:
-            os.setgroups(account["groups"])
-            os.setgid(account["gid"])
-            os.setuid(account["uid"])
-            out = _probe(checks)
-            os.write(write_fd, json.dumps(out).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    chunks = []
-    while True:
-        chunk = os.read(read_fd, 65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(read_fd)
-    os.waitpid(pid, 0)
-    data = b"".join(chunks)
-    return json.loads(data) if data else [(False, "check failed") for _c in checks]
-
-
-def resolve(user, group, problems):
-    """The account's uid, gid, supplementary groups and home; None (and a problem) when it does not exist."""
-    try:
-        entry = pwd.getpwnam(user)
-        gid = grp.getgrnam(group).gr_gid if group else entry.pw_gid
-    except KeyError:
-        problems.append("train_user=%s (train_group=%s): no such account or group on this node; valid: an "
-                        "existing account (empty train_user: the role creates mtrain)" % (user, group or ""))
-        return None
-    groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
-    return {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups,
-            "group_names": sorted(g.gr_name for g in grp.getgrall() if g.gr_gid in groups), "home": entry.pw_dir}
+from ansible_collections.multinode.training.plugins.module_utils._train_access import MODES, access
 
 
 def main():
@@ -191,59 +192,26 @@ def main():
         argument_spec=dict(
             user=dict(type="str"),
             group=dict(type="str"),
+            create=dict(type="bool", default=False),
+            user_groups=dict(type="list", elements="str", default=[]),
             checks=dict(type="list", elements="dict", default=[]),
+            directories=dict(type="list", elements="dict", default=[]),
             port=dict(type="int", required=True),
             ssh_ports=dict(type="list", elements="int", default=[]),
             sshd_config=dict(type="path", default="/etc/ssh/sshd_config"),
             firewall=dict(type="str", default="auto"),
+            listen=dict(type="dict"),
+            probe=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
-    p = module.params
-    problems = []
-    result = dict(changed=False, access=[], problems=problems)
-    for check in p["checks"]:
-        if not isinstance(check, dict) or check.get("need") not in _MODES or not check.get("path"):
+    for check in module.params["checks"]:
+        if not isinstance(check, dict) or check.get("need") not in MODES or not check.get("path"):
             module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
-    if p["user"]:
-        account = resolve(p["user"], p["group"], problems)
-        if account:
-            result["account"] = account
-            # A path that does not exist at all is preflight's to report (it names what is missing);
-            # here only what exists but the account cannot use.
-            present = [c for c in p["checks"] if os.path.exists(c["path"])]
-            outcome = access_as(account, present)
-            for check, (ok, error) in zip(present, outcome):
-                result["access"].append(dict(var=check.get("var", "path"), path=check["path"], need=check["need"],
-                                             ok=bool(ok), error=error))
-            problems.extend("train_user=%s: %s; valid: paths the account can reach (group or mode)"
-                            % (p["user"], line) for line in check_access(result["access"]))
-    text = ""
-    try:
-        with open(p["sshd_config"]) as handle:
-            text = handle.read()
-    except (IOError, OSError):
-        pass
-    ssh = sorted(parse_sshd_ports(text) | set(p["ssh_ports"]))
-    result["ssh_ports"] = ssh
-    collision = port_problem(p["port"], ssh)
-    if collision:
-        problems.append(collision)
-    result["nft"] = module.get_bin_path("nft")
-    result["iptables"] = module.get_bin_path("iptables")
-    nft_error = None
-    if result["nft"] and os.geteuid() == 0:
-        # The job's rule in nft's check mode: parsed and tried by the kernel, never applied.
-        rc, _out, err = module.run_command([result["nft"], "-c", "-f", "-"], binary_data=True,
-                                           data=render_table(table_name("preflight"), p["port"], ["127.0.0.1"], 60))
-        nft_error = (err.strip().splitlines() or ["rc %d" % rc])[-1] if rc != 0 else None
-    try:
-        result["firewall"] = decide_firewall(p["firewall"], result["nft"], result["iptables"], os.geteuid() == 0,
-                                             nft_error)
-    except SecurityError as exc:
-        result["firewall"] = {"enabled": False, "note": str(exc)}
-        problems.append(str(exc))
-    module.exit_json(**result)
+    for entry in module.params["directories"]:
+        if not isinstance(entry, dict) or not entry.get("path"):
+            module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
+    module.exit_json(**access(module.params, module.run_command, module.get_bin_path, module.check_mode))
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ description:
     before it starts a job - whether O(python) exists and is executable, what it holds (python,
     torch and DeepSpeed versions, DeepSpeed's prebuilt ops and every installed package, read from
     package metadata by O(python) itself, no torch import), the sha256 of O(script), whether O(chdir)
-    is a directory, whether each of O(env_files) exists and whether this node reaches the rendezvous
-    address over TCP (O(connect_host)).
+    is a directory, whether each of O(env_files) exists, whether the node's copy of the training code
+    is the controller's (O(code)) and whether this node reaches the rendezvous address over TCP
+    (O(connect_host)).
   - Never fails for what it finds; filter P(multinode.training.train_preflight_problems#filter) compares
     the nodes' results and names every problem.
 author:
@@ -35,6 +36,12 @@ options:
     type: list
     elements: dict
     default: []
+  code:
+    description:
+      - The controller's train_code_src to compare this node's copy with - C(dest) (train_code_dir),
+        C(manifest) (filter P(multinode.training.code_manifest#filter)), C(owner) and C(group) (empty - not
+        compared). RV(code) says whether a copy is needed.
+    type: dict
   connect_host:
     description: The rendezvous address to reach over TCP from this node; unset - no connect.
     type: str
@@ -88,6 +95,12 @@ env_files:
   returned: always
   type: list
   elements: dict
+code:
+  description:
+    - C(same) (the node's copy under C(dest) has every file of the manifest with its content, mode and owner),
+      C(differ) (up to 20 paths that differ); null without O(code).
+  returned: always
+  type: dict
 connect:
   description: Whether the TCP connect to O(connect_host):O(connect_port) succeeded (C(ok), C(error), C(seconds)); null without O(connect_host).
   returned: always
@@ -106,6 +119,7 @@ def main():
             script=dict(type="path"),
             chdir=dict(type="path"),
             env_files=dict(type="list", elements="dict", default=[]),
+            code=dict(type="dict"),
             connect_host=dict(type="str"),
             connect_port=dict(type="int"),
             connect_timeout=dict(type="int", default=15),
@@ -118,7 +132,7 @@ def main():
     if p["connect_host"]:
         connect = {"host": p["connect_host"], "port": p["connect_port"], "timeout": p["connect_timeout"]}
     result = probe_node(p["python"], module.run_command, p["script"], p["chdir"], p["env_files"],
-                        connect)
+                        connect, p["code"])
     module.exit_json(changed=False, **result)
 
 

@@ -6,6 +6,8 @@ The probe runs for real: this test interpreter stands in for the job's python.
 from __future__ import annotations
 
 import copy
+import os
+import pwd
 import hashlib
 import json
 import subprocess
@@ -155,3 +157,57 @@ def test_probe_node_connects_and_compare_names_the_unreachable_node():
                         '(n1, train_interface="eth0.100") within 15s (timed out); valid: an interface all nodes reach, '
                         'a port the firewall lets through']
     assert pre.endpoint("fd00::1", 29400) == "[fd00::1]:29400"
+
+
+# ------------------------------------------------------------------ code: compared, copied only where it differs
+
+def test_code_manifest_like_copy(tmp_path):
+    src = tmp_path / "myjob"
+    (src / "pkg").mkdir(parents=True)
+    (src / "train.py").write_text("print(1)\n")
+    (src / "pkg" / "mod.py").write_text("x = 1\n")
+    (src / "train.py").chmod(0o750)
+    contents = pre.code_manifest(str(src) + "/")
+    assert sorted(contents) == ["pkg/mod.py", "train.py"]
+    assert contents["train.py"]["mode"] == "0750"
+    assert contents["train.py"]["sha256"] == hashlib.sha256(b"print(1)\n").hexdigest()
+    assert sorted(pre.code_manifest(str(src))) == ["myjob/pkg/mod.py", "myjob/train.py"]
+    assert sorted(pre.code_manifest(str(src / "train.py"))) == ["train.py"]
+    with pytest.raises(pre.CodeError, match="train_code_src=/nonexistent/x: does not exist on the controller"):
+        pre.code_manifest("/nonexistent/x")
+
+
+def test_code_differences(tmp_path):
+    src = tmp_path / "src"
+    dest = tmp_path / "dest"
+    src.mkdir()
+    (src / "train.py").write_text("print(1)\n")
+    manifest = pre.code_manifest(str(src) + "/")
+    assert pre.code_differences(str(dest), manifest) == ["train.py"]          # missing
+    dest.mkdir()
+    (dest / "train.py").write_text("print(2)\n")
+    assert pre.code_differences(str(dest), manifest) == ["train.py"]          # content
+    (dest / "train.py").write_text("print(1)\n")
+    os.chmod(str(dest / "train.py"), int(manifest["train.py"]["mode"], 8))
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert pre.code_differences(str(dest), manifest, me) == []
+    assert pre.code_differences(str(dest), manifest, "no-such-owner") == ["train.py"]
+    os.chmod(str(dest / "train.py"), 0o600)
+    assert pre.code_differences(str(dest), manifest) == ["train.py"]          # mode (copy's preserve)
+
+
+def test_probe_reports_whether_the_code_is_the_same(tmp_path, probe):
+    src = tmp_path / "code.py"
+    src.write_text("a = 1\n")
+    manifest = pre.code_manifest(str(src))
+    out = pre.probe_node(sys.executable, run, code={"dest": str(tmp_path / "node"), "manifest": manifest})
+    assert out["code"] == {"dest": str(tmp_path / "node"), "same": False, "differ": ["code.py"]}
+    assert pre.probe_node(sys.executable, run)["code"] is None
+
+
+def test_code_manifest_filter_names_the_variable():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.multinode.training.plugins.filter.code_manifest import FilterModule
+    manifest = FilterModule().filters()["code_manifest"]
+    with pytest.raises(AnsibleFilterError, match="train_code_src=/nonexistent/y: does not exist on the controller"):
+        manifest("/nonexistent/y")

@@ -1,0 +1,254 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Module train_access's work on a node: the job's security step in one round trip.
+
+``access`` does, in order: the ports and the firewall tool (what needs no account); the job's
+account - resolved, or, when it is missing and the role creates it (``create``), whether it can
+be created (its group exists) and which of the wanted supplementary groups exist; what the account
+must reach, checked as the account (``access_as``); then, only when nothing stands in the way, the
+listener of preflight's reachability check (first node; ``_train_listener``), the account's
+directories (``ensure_directory``: changed only when created or when owner or mode differ) and,
+when preflight follows, its probe (``_train_preflight.probe_node``: the job's python, script, code,
+env files and the TCP connect to the listener) - a launch's whole security step and preflight
+probe in one round trip per node.
+Problems are lines naming the variable (``<variable>=<value>: what is wrong; valid: ...``); the
+pure decisions are _train_security's.
+"""
+from __future__ import annotations
+
+import grp
+import inspect
+import json
+import os
+import pwd
+import select
+import signal
+import subprocess
+import sys
+
+from ansible_collections.multinode.training.plugins.module_utils import _train_listener
+from ansible_collections.multinode.training.plugins.module_utils._train_preflight import probe_node
+from ansible_collections.multinode.training.plugins.module_utils._train_security import (
+    SecurityError,
+    check_access,
+    decide_firewall,
+    parse_sshd_ports,
+    port_problem,
+    render_table,
+    table_name,
+)
+
+MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
+
+
+def _why(path):
+    """Why a path cannot be used (as the current process): the error of stat, or None."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.strerror
+    return None
+
+
+def _probe(checks):
+    return [(os.access(c["path"], MODES[c["need"]]), _why(c["path"])) for c in checks]
+
+
+def access_as(account, checks):
+    """Run os.access for every check in a child that switched to the account; [(ok, error)]."""
+    if os.geteuid() == account["uid"] or os.geteuid() != 0:
+        return _probe(checks)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(read_fd)
+        try:
+            os.setgroups(account["groups"])
+            os.setgid(account["gid"])
+            os.setuid(account["uid"])
+            out = _probe(checks)
+            os.write(write_fd, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    return json.loads(data) if data else [(False, "check failed") for _c in checks]
+
+
+def lookup(user, group):
+    """-> (user exists, group exists, account or None). The account (both exist): uid, gid,
+    supplementary groups, group names, home."""
+    group_exists, gid = True, None
+    if group:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            group_exists = False
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return False, group_exists, None
+    if not group_exists:
+        return True, False, None
+    gid = entry.pw_gid if gid is None else gid
+    groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
+    return True, True, {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups,
+                        "group_names": sorted(g.gr_name for g in grp.getgrall() if g.gr_gid in groups),
+                        "home": entry.pw_dir}
+
+
+def account_problem(user, group, exists, group_exists, create):
+    """The account's verdict -> a problem line or None. A missing account is fine when the role
+    creates it (``create``) and its group exists; an existing one needs its group too."""
+    if exists and group_exists:
+        return None
+    if not exists and create:
+        if group and not group_exists:
+            return ("train_user=%s (train_group=%s): cannot be created, there is no group %s on this node; "
+                    "valid: an existing group, or empty train_group (the account's own)" % (user, group, group))
+        return None
+    return ("train_user=%s (train_group=%s): no such account or group on this node; valid: an existing account "
+            "(empty train_user: the role creates mtrain)" % (user, group or ""))
+
+
+def ensure_directory(path, uid, gid, mode, check_mode=False):
+    """Like ansible.builtin.file state=directory with owner, group and mode -> changed (bool).
+
+    Missing parents are created too (root's, 0755). SecurityError when ``path`` exists and is
+    not a directory."""
+    changed = False
+    if not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise SecurityError("%s exists and is not a directory" % path)
+        if check_mode:
+            return True
+        os.makedirs(path)
+        changed = True
+    st = os.stat(path)
+    want_gid = st.st_gid if gid is None else gid
+    if (st.st_uid, st.st_gid) != (uid, want_gid):
+        if not check_mode:
+            os.chown(path, uid, want_gid)
+        changed = True
+    if st.st_mode & 0o7777 != mode:
+        if not check_mode:
+            os.chmod(path, mode)
+        changed = True
+    return changed
+
+
+def start_listener(addr, port, expected, limit, python=None, wait=10.0):
+    """Stop a listener of an earlier run on ``port``, start a new one detached -> (pid, error)."""
+    for pid in _train_listener.stale_listeners(port):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    argv = [python or sys.executable, "-c", inspect.getsource(_train_listener), _train_listener.MARK,
+            str(addr), str(port), str(int(expected)), str(float(limit))]
+    with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
+        popen = subprocess.Popen(argv, stdin=null_in, stdout=subprocess.PIPE, stderr=null_out, close_fds=True,
+                                 start_new_session=True)
+    ready, _w, _x = select.select([popen.stdout], [], [], wait)
+    line = popen.stdout.readline().decode("utf-8", "replace").strip() if ready else ""
+    popen.stdout.close()
+    if line == "bound":
+        return popen.pid, None
+    if popen.poll() is None:
+        popen.kill()
+    popen.wait()
+    return None, line or "the listener did not start within %ss" % wait
+
+
+def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
+    """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``)."""
+    is_root = (os.geteuid() == 0) if is_root is None else is_root
+    problems = []
+    result = dict(changed=False, access=[], problems=problems, account_missing=False, groups_present=[],
+                  directories=[], listener=None, probe=None)
+    # 1. what needs no account: ssh's ports, the firewall tool
+    text = ""
+    try:
+        with open(p["sshd_config"]) as handle:
+            text = handle.read()
+    except (IOError, OSError):
+        pass
+    ssh = sorted(parse_sshd_ports(text) | set(p["ssh_ports"]))
+    result["ssh_ports"] = ssh
+    collision = port_problem(p["port"], ssh)
+    if collision:
+        problems.append(collision)
+    result["nft"] = get_bin_path("nft")
+    result["iptables"] = get_bin_path("iptables")
+    nft_error = None
+    if result["nft"] and is_root and str(p["firewall"]).lower() not in ("false", "no", "off", "0"):
+        # The job's rule in nft's check mode: parsed and tried by the kernel, never applied.
+        rc, _out, err = run_command([result["nft"], "-c", "-f", "-"], binary_data=True,
+                                    data=render_table(table_name("preflight"), p["port"], ["127.0.0.1"], 60))
+        nft_error = (err.strip().splitlines() or ["rc %d" % rc])[-1] if rc != 0 else None
+    try:
+        result["firewall"] = decide_firewall(p["firewall"], result["nft"], result["iptables"], is_root, nft_error)
+    except SecurityError as exc:
+        result["firewall"] = {"enabled": False, "note": str(exc)}
+        problems.append(str(exc))
+    # 2. the account (created by the role between two calls when missing)
+    account = None
+    if p["user"]:
+        exists, group_exists, account = lookup(p["user"], p["group"])
+        result["account_missing"] = not exists
+        problem = account_problem(p["user"], p["group"], exists, group_exists, p["create"])
+        if problem:
+            problems.append(problem)
+        if p["user_groups"]:
+            names = set(g.gr_name for g in grp.getgrall())
+            result["groups_present"] = [g for g in p["user_groups"] if g in names]
+    # 3. what the account must reach: a path that does not exist at all is preflight's to report
+    # (it names what is missing); here only what exists but the account cannot use.
+    if account:
+        result["account"] = account
+        present = [c for c in p["checks"] if os.path.exists(c["path"])]
+        for check, (ok, error) in zip(present, access_as(account, present)):
+            result["access"].append(dict(var=check.get("var", "path"), path=check["path"], need=check["need"],
+                                         ok=bool(ok), error=error))
+        problems.extend("train_user=%s: %s; valid: paths the account can reach (group or mode)"
+                        % (p["user"], line) for line in check_access(result["access"]))
+    if problems:
+        return result
+    # 4. nothing stands in the way: the listener (first node), then the account's directories
+    listen = p.get("listen")
+    if listen:
+        pid, error = start_listener(listen["addr"], listen["port"], listen["expected"], listen["timeout"],
+                                    listen.get("python"))
+        result["listener"] = {"pid": pid, "error": error}
+        if error:
+            problems.append("train_rdzv_port=%s: in use on %s (%s); valid: a free port in 1-65535 reachable from "
+                            "all nodes" % (listen["port"], listen["addr"], error))
+            return result
+    if account:
+        for entry in p["directories"]:
+            try:
+                changed = ensure_directory(entry["path"], account["uid"], account["gid"] if p["group"] else None,
+                                           int(str(entry.get("mode") or "0750"), 8), check_mode)
+            except (SecurityError, OSError) as exc:
+                problems.append("%s=%s: %s; valid: a directory path" % (entry.get("var", "path"), entry["path"], exc))
+                continue
+            result["directories"].append({"path": entry["path"], "changed": changed})
+            result["changed"] = result["changed"] or changed
+    # 5. preflight's probe (read-only; its problems are compared across the nodes by the role)
+    probe = p.get("probe")
+    if probe and not problems:
+        connect = None
+        if probe.get("connect_host"):
+            connect = {"host": probe["connect_host"], "port": probe["connect_port"],
+                       "timeout": probe.get("connect_timeout") or 15}
+        result["probe"] = probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
+                                     probe.get("env_files") or [], connect, probe.get("code"))
+    return result

@@ -1,0 +1,212 @@
+"""Unit tests for the followed wait (issue 8: a launch that adds seconds): the node-side long poll
+(_torchrun_job.follow_until), its window (_torchrun_follow.follow_window / next_window), the
+job directory packed into the finished result and unpacked on the controller
+(_torchrun_collect.pack_job_dir / unpack_job_archive). On recorded job directories and real
+supervisor processes.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_collect as col
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as fol
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
+from tests.unit.plugins.module_utils.test_torchrun_job import _start_supervisor, job_copy
+
+
+# ------------------------------------------------------------------ windows
+
+@pytest.mark.parametrize("requested, lease, expected", [
+    (15, 60, 15.0),      # the progress interval, well within the lease
+    (15, 20, 20 / 3.0),  # at most a third of the lease: renewed at least three times per lease
+    (5, 0, 5.0),         # no lease (detached job): as asked
+    (0, 60, 0.5),        # never a busy loop
+])
+def test_follow_window(requested, lease, expected):
+    assert fol.follow_window(requested, lease) == pytest.approx(expected)
+
+
+def test_next_window_first_call_is_short_then_up_to_the_next_line():
+    assert fol.next_window(100.0, 100.0, 10, first=True) == 1.0
+    assert fol.next_window(100.0, 115.0, 10) == 10.0    # capped: the controller's death is seen within it
+    assert fol.next_window(100.0, 104.0, 10) == 4.0     # ends at the next progress line
+    assert fol.next_window(100.0, 99.0, 10) == 1.0      # overdue line: at least 1 s
+
+
+def test_job_done_needs_the_result_and_a_final_watcher(tmp_path):
+    ended = {"end": 100.0}
+    assert not fol.job_done({}, None, {"final": True}, 101.0)
+    assert fol.job_done({}, ended, {"final": True}, 101.0)
+    # the watcher (no watch_pid: not alive) is gone
+    assert fol.job_done({}, ended, {}, 101.0)
+    # a watcher still running (its marker in /proc/<pid>/environ), not final: done only 30 s after the end
+    proc = tmp_path / "proc" / "4242"
+    proc.mkdir(parents=True)
+    (proc / "environ").write_bytes(b"PATH=/bin\0MULTINODE_TRAINING_WATCH=x\0")
+    watching = {"watch_pid": 4242, "job_id": "x"}
+    assert not fol.job_done(watching, ended, {}, 101.0, proc=str(tmp_path / "proc"))
+    assert fol.job_done(watching, ended, {}, 131.0, proc=str(tmp_path / "proc"))
+
+
+# ------------------------------------------------------------------ the long poll
+
+def test_follow_until_returns_at_once_for_an_ended_job(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    job = col.read_json(os.path.join(job_dir, "job.json"))
+    began = time.time()
+    assert job_mod.follow_until(job["job_id"], job_dir, job, 30, 3600, 15, 30) == (True, False, False)
+    assert time.time() - began < 1
+
+
+def test_follow_until_times_out_while_the_job_runs_then_sees_its_end_within_a_poll(tmp_path):
+    job_dir = str(tmp_path / "run")
+    os.makedirs(job_dir)
+    job_id = "poll-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(4)"])
+    try:
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
+        began = time.time()
+        # still running: the window (1 s) ends the call
+        assert job_mod.follow_until(job_id, job_dir, job, 1.0, 0, 1, 30) == (False, False, False)
+        assert 0.9 < time.time() - began < 3
+        # the job ends (about 4 s in): the next long poll returns as soon as result.json is there
+        assert job_mod.follow_until(job_id, job_dir, job, 30, 0, 1, 30) == (True, False, False)
+        ended = col.read_json(os.path.join(job_dir, "result.json"))
+        assert ended["rc"] == 0
+        assert time.time() - ended["end"] < 1.0
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+        popen.wait(timeout=20)
+
+
+def test_follow_until_abandons_the_exit_barrier(tmp_path):
+    """The node's ranks succeeded (torchrun.log says so) and the log has been quiet for longer than
+    barrier_grace: the job is stopped and the node reports an abandoned barrier."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    os.remove(os.path.join(job_dir, "result.json"))
+    job_id = "fbarrier-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
+        log = os.path.join(job_dir, "torchrun.log")
+        os.utime(log, (time.time() - 5, time.time() - 5))
+        assert job_mod.follow_until(job_id, job_dir, job, 10, 0, 1, 2, poll=0.1, check_every=0.2) == \
+            (True, False, True)
+        popen.wait(timeout=20)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+    assert sup.find_job_processes(job_id) == []
+
+
+def test_follow_until_gives_up_after_the_deadline(tmp_path):
+    job_dir = str(tmp_path / "late")
+    os.makedirs(job_dir)
+    job_id = "flate-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
+        assert job_mod.follow_until(job_id, job_dir, job, 10, 1, 1, 30, poll=0.1) == (True, True, False)
+        popen.wait(timeout=20)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+    assert sup.find_job_processes(job_id) == []
+
+
+def test_follow_until_a_global_stop_ends_the_poll_within_a_second(tmp_path):
+    """The watchers stop the job (another node failed): the supervisor records the end, the watcher
+    state turns final; the long poll returns within its poll interval, not at the window's end."""
+    job_dir = str(tmp_path / "stop")
+    os.makedirs(job_dir)
+    job = {"job_id": "stop-1", "pid": None, "start": time.time()}
+
+    def stop_later():
+        time.sleep(0.8)
+        with open(os.path.join(job_dir, "result.json"), "w") as handle:
+            json.dump({"rc": -15, "start": job["start"], "end": time.time(), "stopped": True}, handle)
+        with open(os.path.join(job_dir, "watch_state.json"), "w") as handle:
+            json.dump({"final": True, "stop_line": "rank 3 on node2 failed"}, handle)
+
+    thread = threading.Thread(target=stop_later)
+    # a supervisor pid that is alive keeps the liveness check quiet: this process's own
+    job["pid"] = os.getpid()
+    thread.start()
+    began = time.time()
+    try:
+        assert job_mod.follow_until("stop-1", job_dir, job, 20, 0, 1, 30,
+                                    check_every=100)[0] is True
+    finally:
+        thread.join()
+    assert time.time() - began < 2
+
+
+# ------------------------------------------------------------------ the logs home
+
+def test_pack_inline_then_unpack_strips_the_top_directory(tmp_path):
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "x.tgz"))
+    assert packed["path"] is None and not os.path.exists(str(tmp_path / "x.tgz"))
+    dest = str(tmp_path / "runs" / "job" / "node1")
+    count = col.unpack_job_archive(base64.b64decode(packed["inline"]), dest)
+    mine = sorted(os.path.relpath(os.path.join(r, f), job_dir) for r, _d, fs in os.walk(job_dir) for f in fs)
+    theirs = sorted(os.path.relpath(os.path.join(r, f), dest) for r, _d, fs in os.walk(dest) for f in fs)
+    assert mine == theirs and count == len(mine)
+    assert os.stat(dest).st_mode & 0o777 == 0o700
+    with open(os.path.join(dest, "result.json")) as a, open(os.path.join(job_dir, "result.json")) as b:
+        assert a.read() == b.read()
+
+
+def test_pack_big_archive_goes_to_the_file(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    path = str(tmp_path / "big.tgz")
+    packed = col.pack_job_dir(job_dir, path, inline_max=10)
+    assert packed["inline"] is None and packed["path"] == path
+    assert os.stat(path).st_mode & 0o777 == 0o600
+    with open(path, "rb") as handle:
+        assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
+
+
+def test_unpack_skips_members_that_leave_the_destination(tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name in ("job/ok.txt", "job/../../evil.txt", "/abs/evil.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            archive.addfile(info, io.BytesIO(b"hi"))
+        link = tarfile.TarInfo("job/link")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        archive.addfile(link)
+    dest = str(tmp_path / "dest")
+    assert col.unpack_job_archive(buffer.getvalue(), dest) == 1
+    assert os.listdir(dest) == ["ok.txt"]
+    assert not os.path.exists(str(tmp_path / "evil.txt"))
+
+
+def test_follow_until_takes_the_supervisor_for_gone_only_after_repeated_misses(tmp_path, monkeypatch):
+    """One /proc read that misses the supervisor (a transient failure under load) does not end the
+    wait of a running job; three misses in a row without a result do."""
+    job_dir = str(tmp_path / "flaky")
+    os.makedirs(job_dir)
+    answers = iter([False, True, False, True, True])
+    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: next(answers, True))
+    job = {"job_id": "flaky", "pid": 1, "start": time.time()}
+    assert job_mod.follow_until("flaky", job_dir, job, 1.0, 0, 1, 30, poll=0.05, check_every=0.1) == \
+        (False, False, False)
+    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: False)
+    began = time.time()
+    assert job_mod.follow_until("flaky", job_dir, job, 10, 0, 1, 30, poll=0.05, check_every=0.1) == \
+        (True, False, False)
+    assert time.time() - began < 2
