@@ -160,10 +160,10 @@ def test_build_env_keeps_a_loglevel_the_user_set():
 
 def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():
     # pytorch #135712: a restarted group reads the previous group's keys from the shared store.
-    static, _ = job_mod.build_env([], {}, "j", "/d", {})
-    restartable, _ = job_mod.build_env([], {}, "j", "/d", {}, max_restarts=2)
-    user_choice, _ = job_mod.build_env([], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "j", "/d", {},
-                                       max_restarts=2)
+    static = job_mod.build_env([], {}, "j", "/d", {})[0]
+    restartable = job_mod.build_env([], {}, "j", "/d", {}, max_restarts=2)[0]
+    user_choice = job_mod.build_env([], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "j", "/d", {},
+                                    max_restarts=2)[0]
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in static
     assert restartable["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert user_choice["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"
