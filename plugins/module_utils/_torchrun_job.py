@@ -59,6 +59,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc 
     stop_job,
     supervisor_source,
 )
+from ansible_collections.multinode.training.plugins.module_utils._train_listener import stop_stale
 from ansible_collections.multinode.training.plugins.module_utils._train_security import (
     SecurityError,
     job_tables,
@@ -209,6 +210,19 @@ def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0):
     if max_restarts and int(max_restarts) > 0:
         full.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
     return full, secret_values(own)
+
+
+def rdzv_port(endpoint):
+    """The port of a rendezvous endpoint (``host:port``, ``[v6]:port``) -> int, or None."""
+    try:
+        return int(str(endpoint or "").rsplit(":", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def stop_stale_listener(port):
+    """Stop preflight's listener on ``port`` if one still runs -> the pids stopped."""
+    return stop_stale(port) if port else []
 
 
 def supervisor_argv(python, job_dir, job_id, timeout, grace, cwd, argv):
@@ -425,6 +439,8 @@ def start(module, job_id, job_dir, job_file, result, host):
     if account:
         for path in owned:
             os.chown(path, account["uid"], account["gid"])
+    # Preflight's listener (first node) must not hold the rendezvous port any more.
+    stop_stale_listener(rdzv_port(p["rdzv_endpoint"]))
     # Detached on purpose (run_command waits): the supervisor leads a new session as the job's
     # user, stdin is /dev/null, stdout and stderr go to torchrun.log.
     try:

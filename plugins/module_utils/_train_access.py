@@ -22,7 +22,6 @@ import json
 import os
 import pwd
 import select
-import signal
 import subprocess
 import sys
 
@@ -147,11 +146,7 @@ def ensure_directory(path, uid, gid, mode, check_mode=False):
 
 def start_listener(addr, port, expected, limit, python=None, wait=10.0):
     """Stop a listener of an earlier run on ``port``, start a new one detached -> (pid, error)."""
-    for pid in _train_listener.stale_listeners(port):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
+    _train_listener.stop_stale(port)
     argv = [python or sys.executable, "-c", inspect.getsource(_train_listener), _train_listener.MARK,
             str(addr), str(port), str(int(expected)), str(float(limit))]
     with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:

@@ -13,6 +13,7 @@ from an earlier run on the same port is stopped before a new one binds (``stale_
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -68,6 +69,24 @@ def stale_listeners(port, proc="/proc", me=None):
             if len(argv) > index + 2 and argv[index + 2] == str(port).encode():
                 found.append(int(name))
     return sorted(found)
+
+
+def stop_stale(port, proc="/proc", wait=3.0):
+    """SIGKILL the listeners of this kind on ``port`` and wait until they are gone -> their pids.
+
+    Called before a new listener binds and before torchrun starts on the first node: a listener
+    still waiting for a node that never connected would hold the rendezvous port, and the c10d
+    store could not bind it ("The connection to the C10d store has failed")."""
+    pids = stale_listeners(port, proc)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    deadline = time.time() + wait
+    while pids and time.time() < deadline and stale_listeners(port, proc):
+        time.sleep(0.05)
+    return pids
 
 
 def _say_and_close(text):

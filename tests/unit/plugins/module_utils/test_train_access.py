@@ -17,6 +17,7 @@ import time
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils import _train_access as acc
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_job as job_mod
 from ansible_collections.multinode.training.plugins.module_utils import _train_listener as lis
 
 ME = pwd.getpwuid(os.geteuid()).pw_name
@@ -175,6 +176,21 @@ def test_a_new_listener_replaces_one_an_earlier_run_left():
         assert lis.stale_listeners(port) == [new]
     finally:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_torchrun_start_stops_a_listener_that_still_holds_the_rendezvous_port():
+    # A listener still waiting for a node would keep the port from the c10d store.
+    port = free_port()
+    pid, error = acc.start_listener("127.0.0.1", port, 5, 60)
+    assert error is None and lis.stale_listeners(port) == [pid]
+    assert job_mod.rdzv_port("127.0.0.1:%d" % port) == port and job_mod.rdzv_port("[::1]:29400") == 29400
+    assert job_mod.rdzv_port("") is None and job_mod.stop_stale_listener(None) == []
+    assert job_mod.stop_stale_listener(port) == [pid]
+    assert lis.stale_listeners(port) == []
+    probe = socket.socket()
+    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    probe.bind(("127.0.0.1", port))  # the port is free for the store
+    probe.close()
 
 
 def test_listener_main_exit_codes():
