@@ -241,8 +241,9 @@ def guarded_ports(argv, watch):
     """The ports the job's firewall guard lets only the job's nodes reach: the rendezvous port and,
     on the node whose watcher is the hub, the watchers' port (the other nodes report there)."""
     ports = []
-    if "--rdzv_endpoint" in argv:
-        ports.append(int(argv[argv.index("--rdzv_endpoint") + 1].rsplit(":", 1)[1]))
+    port = rdzv_port(argv[argv.index("--rdzv_endpoint") + 1]) if "--rdzv_endpoint" in argv else None
+    if port:
+        ports.append(port)
     if watch and watch.get("hub") and watch.get("port"):
         ports.append(int(watch["port"]))
     return sorted(set(ports))
