@@ -52,6 +52,8 @@ MAX=0
 for n in $NODES; do [ "$n" -gt "$MAX" ] && MAX=$n; done
 
 cleanup() {
+  # KEEP=<dir>: the train.yml logs and the collected job directories are copied there first.
+  if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp -r "$WORK"/ansible-*.log "$WORK"/runs "$KEEP"/ 2>/dev/null || true; fi
   for i in $(seq 1 "$MAX"); do docker rm -f "$PREFIX-node$i" >/dev/null 2>&1 || true; done
   rm -rf "$WORK"
 }
@@ -62,8 +64,8 @@ now() { date +%s.%N; }
 
 prepare_images() {
   local wheel
-  wheel=$(ls -t "$ROOT"/dist/deepspeed-*.whl | head -1)
   if ! docker image inspect "$BENCH_IMAGE" >/dev/null 2>&1; then
+    wheel=$(ls -t "$ROOT"/dist/deepspeed-*.whl | head -1)
     echo "preparing $BENCH_IMAGE (once): venv with torch and $(basename "$wheel")"
     docker rm -f "$PREFIX-prep" >/dev/null 2>&1 || true
     docker run -d --name "$PREFIX-prep" -v "$ROOT/.cache/wheelhouse:/wheelhouse:ro" -v "$ROOT/dist:/dist:ro" \

@@ -20,6 +20,8 @@ import ipaddress
 import json
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import LOCAL_SUCCEEDED
+
 JOB_ENV = "MULTINODE_TRAINING_JOB"
 JOB_DIR_ENV = "MULTINODE_TRAINING_JOB_DIR"
 MASK = "********"
@@ -373,8 +375,7 @@ def parse_error_file(data):
 
 def local_workers_succeeded(agent_log):
     """The agent's local worker group finished successfully (it may still wait in its exit barrier)."""
-    return "Local worker group finished (WorkerState.SUCCEEDED)" in (agent_log or "") or \
-        "worker group successfully finished" in (agent_log or "")
+    return any(line in (agent_log or "") for line in LOCAL_SUCCEEDED)
 
 
 def is_peer_error(message, exitcode=None):

@@ -18,6 +18,7 @@ import os
 import tarfile
 import time
 
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import rank_dirs  # noqa: F401 (one place)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
     is_peer_error,
     parse_agent_log,
@@ -45,22 +46,6 @@ def read_json(path):
         return json.loads(text)
     except ValueError:
         return None
-
-
-def rank_dirs(job_dir):
-    """local rank -> directory of its latest attempt under ranks/<run>_<random>/attempt_<n>/<rank>/."""
-    found = {}
-    base = os.path.join(job_dir, "ranks")
-    for root, dirs, _files in os.walk(base):
-        name = os.path.basename(root)
-        if name.startswith("attempt_") and name[8:].isdigit():
-            attempt = int(name[8:])
-            for local in dirs:
-                if local.isdigit():
-                    key = int(local)
-                    if key not in found or found[key][0] < attempt:
-                        found[key] = (attempt, os.path.join(root, local))
-    return {key: value[1] for key, value in found.items()}
 
 
 def _time_of(entry, error_file):

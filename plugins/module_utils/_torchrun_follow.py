@@ -17,12 +17,19 @@ import signal
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_rankwrap, _torchrun_watch
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import rank_dirs, read_json, read_text
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import last_exception_line
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import read_json, read_text
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import (  # noqa: F401 (one place)
+    WATCH_ENV,
+    follow_window,
+    job_done,
+    last_exception_line,
+    progress,
+    renew_lease,
+    watcher_alive,
+)
 
 RANK_WRAPPER = "mt_rank.py"
 WATCHER = "mt_watch.py"
-WATCH_ENV = "MULTINODE_TRAINING_WATCH"
 
 
 def watch_conf(params, job_id, host):
@@ -82,17 +89,6 @@ def stop_watcher(job, proc="/proc"):
         return None
 
 
-def watcher_alive(job, proc="/proc"):
-    pid = (job or {}).get("watch_pid")
-    if not pid:
-        return False
-    try:
-        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
-            return ("%s=%s" % (WATCH_ENV, job.get("job_id"))).encode() in handle.read().split(b"\0")
-    except (OSError, IOError):
-        return False
-
-
 def add_watch_state(job_dir, result):
     """What the watchers decided (watch_state.json): why the job was stopped everywhere, the first
     failure across the nodes, lost nodes; causes from the ranks' own records or stderr where
@@ -129,46 +125,6 @@ def add_watch_state(job_dir, result):
     return result
 
 
-def rank0_line(job_dir):
-    """Last line of this node's local rank 0 stdout (latest attempt), at most 200 characters."""
-    directory = rank_dirs(job_dir).get(0)
-    if not directory:
-        return None
-    path = os.path.join(directory, "stdout.log")
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - 4096))
-            lines = handle.read().decode("utf-8", "replace").strip().splitlines()
-    except (IOError, OSError):
-        return None
-    return lines[-1][-200:] if lines else None
-
-
-def job_done(job, ended, state, now, proc="/proc"):
-    """The job ended on this node: the supervisor recorded the result (``ended``, result.json) and the
-    watcher is done (``state``, watch_state.json, is final, or the watcher is gone; the hub waits up to
-    the lost timeout for the other nodes, to tell a lost node from a failure); never much later."""
-    return bool(ended) and (bool((state or {}).get("final")) or not watcher_alive(job, proc) or
-                            now - float(ended.get("end") or now) > 30)
-
-
-def renew_lease(job_dir):
-    """The controller is alive: touch ``<job dir>/lease`` (the watcher stops the job when it gets old)."""
-    lease = os.path.join(job_dir, "lease")
-    if os.path.exists(lease):
-        os.utime(lease, None)
-
-
-def follow_window(requested, lease):
-    """Seconds one long poll (O(state=finished) with follow_limit) may wait on the node: what the
-    controller asked for, at most a third of the job's lease (each call renews it once, at its
-    start), at least 0.5 s."""
-    window = max(0.5, float(requested or 0))
-    if lease and float(lease) > 0:
-        window = min(window, float(lease) / 3.0)
-    return max(0.5, window)
-
-
 def next_window(now, next_print, longest, first=False):
     """The controller's next long-poll window: up to the next progress line (``next_print``), at most
     ``longest`` s, at least 1 s; the first call is short, so that a progress line comes early."""
@@ -182,17 +138,5 @@ def status(job_id, job_dir, job, renew=True, now=None):
     now = time.time() if now is None else now
     if renew:
         renew_lease(job_dir)
-    state = read_json(os.path.join(job_dir, "watch_state.json")) or {}
-    local = state.get("local") or {}
-    ended = read_json(os.path.join(job_dir, "result.json"))
-    done = job_done(job, ended, state, now)
-    out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
-               elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
-               stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],
-               user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"))
-    out["progress"] = "%s: %s, %s rank(s) running, %s restart(s), %ss%s%s" % (
-        job_id, "ended" if done else ("stopping" if state.get("stop") else "running"), out["running"],
-        out["restarts"], int(out["elapsed"]),
-        (", stop: " + out["stop_line"]) if out["stop_line"] else "",
-        (" | rank 0: " + out["rank0_line"]) if out["rank0_line"] else "")
-    return out
+    return progress(job_id, job_dir, job, now)
+

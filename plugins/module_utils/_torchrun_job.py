@@ -587,7 +587,7 @@ def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
     return False, False
 
 
-def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.2, check_every=1.0,
+def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.1, check_every=1.0,
                  gone_after=3, clock=time.time, sleep=time.sleep):
     """One long poll of a followed wait: block at most ``limit`` s -> (ended, gave_up, barrier_abandoned).
 
@@ -648,7 +648,8 @@ def follow(module, job_id, job_dir, job, result, host):
     ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"])
     if not ended:
         result.update(status(job_id, job_dir, job, renew=False))
-        result["done"] = False
+        # The controller's next polls run the watcher file with this python (``mt_watch.py follow``).
+        result.update(done=False, interpreter=sys.executable)
         module.exit_json(**result)
     result["done"] = True
     finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)

@@ -315,6 +315,144 @@ def caused_by_stop(failure, stop):
     return when is None or when >= received
 
 
+# ------------------------------------------- the controller's poll (plugins/action/torchrun.py)
+# ``mt_watch.py follow <job dir> <seconds>``: what the controller's wait runs on the node between
+# two module calls. A module call costs about 0.3 CPU-seconds on the node (Ansible's module
+# machinery, imported from source each time); this costs a python start-up. It renews the lease,
+# waits until the window is over or something needs the module (``needs_module``), and prints the
+# node's progress (``progress``) as one JSON line. The module (state=finished) still makes every
+# decision: the end of the job, the exit barrier, the deadline, the result and the logs.
+
+WATCH_ENV = "MULTINODE_TRAINING_WATCH"
+# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier).
+LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
+
+
+def renew_lease(job_dir):
+    """The controller is alive: touch ``<job dir>/lease`` (the watcher stops the job when it gets old)."""
+    lease = os.path.join(job_dir, "lease")
+    if os.path.exists(lease):
+        os.utime(lease, None)
+
+
+def watcher_alive(job, proc="/proc"):
+    pid = (job or {}).get("watch_pid")
+    if not pid:
+        return False
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+            return ("%s=%s" % (WATCH_ENV, job.get("job_id"))).encode() in handle.read().split(b"\0")
+    except (OSError, IOError):
+        return False
+
+
+def job_done(job, ended, state, now, proc="/proc"):
+    """The job ended on this node: the supervisor recorded the result (``ended``, result.json) and the
+    watcher is done (``state``, watch_state.json, is final, or the watcher is gone; the hub waits up to
+    the lost timeout for the other nodes, to tell a lost node from a failure); never much later."""
+    return bool(ended) and (bool((state or {}).get("final")) or not watcher_alive(job, proc) or
+                            now - float(ended.get("end") or now) > 30)
+
+
+def rank_dirs(job_dir):
+    """local rank -> directory of its latest attempt under ranks/<run>_<random>/attempt_<n>/<rank>/."""
+    found = {}
+    base = os.path.join(job_dir, "ranks")
+    for root, dirs, _files in os.walk(base):
+        name = os.path.basename(root)
+        if name.startswith("attempt_") and name[8:].isdigit():
+            attempt = int(name[8:])
+            for local in dirs:
+                if local.isdigit():
+                    key = int(local)
+                    if key not in found or found[key][0] < attempt:
+                        found[key] = (attempt, os.path.join(root, local))
+    return {key: value[1] for key, value in found.items()}
+
+
+def _tail(path, size=16384):
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(max(0, os.path.getsize(path) - size))
+            return handle.read().decode("utf-8", "replace")
+    except (IOError, OSError):
+        return ""
+
+
+def rank0_line(job_dir):
+    """Last line of this node's local rank 0 stdout (latest attempt), at most 200 characters."""
+    directory = rank_dirs(job_dir).get(0)
+    if not directory:
+        return None
+    lines = _tail(os.path.join(directory, "stdout.log"), 4096).strip().splitlines()
+    return lines[-1][-200:] if lines else None
+
+
+def progress(job_id, job_dir, job, now, proc="/proc"):
+    """The node's progress for the controller to print (and ``done``: the job ended here)."""
+    state = _read_json(os.path.join(job_dir, "watch_state.json")) or {}
+    local = state.get("local") or {}
+    ended = _read_json(os.path.join(job_dir, "result.json"))
+    done = job_done(job, ended, state, now, proc)
+    out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
+               elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
+               stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],
+               user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"))
+    out["progress"] = "%s: %s, %s rank(s) running, %s restart(s), %ss%s%s" % (
+        job_id, "ended" if done else ("stopping" if state.get("stop") else "running"), out["running"],
+        out["restarts"], int(out["elapsed"]),
+        (", stop: " + out["stop_line"]) if out["stop_line"] else "",
+        (" | rank 0: " + out["rank0_line"]) if out["rank0_line"] else "")
+    return out
+
+
+def needs_module(job_dir, job, now, proc="/proc"):
+    """Why the module must look now (None: nothing yet): the job ended here (result.json), its
+    supervisor is gone, its deadline passed, or this node's workers succeeded (torchrun may sit in
+    its exit barrier, which the module ends after its grace)."""
+    if os.path.exists(os.path.join(job_dir, "result.json")):
+        return "ended"
+    pid = job.get("pid")
+    if pid and not os.path.exists(os.path.join(proc, str(pid))):
+        return "supervisor gone"
+    timeout = job.get("timeout") or 0
+    if timeout and job.get("start") and now > job["start"] + timeout + job.get("stop_grace", 15) + 30:
+        return "deadline"
+    tail = _tail(os.path.join(job_dir, "torchrun.log"))
+    if any(line in tail for line in LOCAL_SUCCEEDED):
+        return "workers succeeded"
+    return None
+
+
+def follow_window(requested, lease):
+    """Seconds one long poll (O(state=finished) with follow_limit) may wait on the node: what the
+    controller asked for, at most a third of the job's lease (each call renews it once, at its
+    start), at least 0.5 s."""
+    window = max(0.5, float(requested or 0))
+    if lease and float(lease) > 0:
+        window = min(window, float(lease) / 3.0)
+    return max(0.5, window)
+
+
+def follow_light(job_dir, window, clock=time.time, sleep=time.sleep, step=0.1, proc="/proc"):
+    """One cheap long poll: renew the lease, wait at most ``window`` s (checked every ``step`` s)
+    -> the node's progress with ``attention`` (why the module must look now, or None)."""
+    job = _read_json(os.path.join(job_dir, "job.json"))
+    if not job:
+        return {"attention": "no job.json in %s" % job_dir}
+    renew_lease(job_dir)
+    conf = _read_json(os.path.join(job_dir, "watch.json")) or {}
+    end_by = clock() + follow_window(window, conf.get("lease"))
+    while True:
+        now = clock()
+        why = needs_module(job_dir, job, now, proc)
+        if why or now >= end_by:
+            out = progress(job.get("job_id") or os.path.basename(job_dir), job_dir, job, now, proc)
+            out["attention"] = why
+            return out
+        sleep(min(step, max(0.0, end_by - now)))
+
+
 class Watcher(object):
     def __init__(self, job_dir, supervisor_pid=None):
         self.job_dir = job_dir
@@ -344,6 +482,10 @@ class Watcher(object):
         self.restart_requested = {}
         self.hub_seen = False
         self.own_failure = None
+        # Set when something the loop acts on happened between two of its turns (a node reported a
+        # new state or failure to the hub): the loop's nap ends at once instead of after the interval.
+        self.wake = threading.Event()
+        self.marks = self.local_marks()
 
     # -- local
     def supervisor_pid(self):
@@ -508,10 +650,14 @@ class Watcher(object):
         node = msg["node"]
         with self.lock:
             self.last_seen[node] = time.time()
+            changed = self.states.get(node) != msg.get("state")
             self.states[node] = msg.get("state")
             failure = msg.get("failure")
             if failure and not any(f.get("node") == node for f in self.failures):
                 self.failures.append(failure)
+                changed = True
+        if changed:
+            self.wake.set()
 
     def serve(self, port):
         server = socket.socket(socket.AF_INET6 if ":" in self.conf.get("bind", "") else socket.AF_INET)
@@ -605,11 +751,42 @@ class Watcher(object):
                     self.save(local, final=True)
                     return 0
             self.save(local)
-            time.sleep(self.interval)
+            self.nap()
+
+    def local_marks(self):
+        """What tells the loop that this node's job moved: result.json written, a rank's exit recorded
+        (the exits directory changed). Two stat calls."""
+        marks = []
+        for name in ("result.json", "exits"):
+            try:
+                marks.append(os.stat(os.path.join(self.job_dir, name)).st_mtime_ns)
+            except OSError:
+                marks.append(None)
+        return marks
+
+    def nap(self, step=0.05):
+        """Sleep one interval, or less: the nap ends as soon as this node's job ended or a rank exited
+        here (``local_marks`` changed), or another node's report woke the hub (``wake``). A job that
+        ended is then reported (and the wait returns) within ``step`` s, not up to an interval later."""
+        end_by = time.time() + self.interval
+        while True:
+            left = end_by - time.time()
+            if left <= 0:
+                return
+            if self.wake.wait(min(step, left)):
+                self.wake.clear()
+                return
+            marks = self.local_marks()
+            if marks != self.marks:
+                self.marks = marks
+                return
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "follow":
+        sys.stdout.write(json.dumps(follow_light(argv[1], float(argv[2]))) + "\n")
+        return 0
     watcher = Watcher(argv[0], argv[1] if len(argv) > 1 else None)
 
     def on_signal(_signum, _frame):

@@ -210,3 +210,84 @@ def test_follow_until_takes_the_supervisor_for_gone_only_after_repeated_misses(t
     assert job_mod.follow_until("flaky", job_dir, job, 10, 0, 1, 30, poll=0.05, check_every=0.1) == \
         (True, False, False)
     assert time.time() - began < 2
+
+
+# ------------------------------------------------------------------ the controller's cheap poll (mt_watch.py follow)
+
+def _follow_cli(job_dir, window):
+    """``mt_watch.py follow`` as the action runs it on the node: the watcher file, its own process."""
+    import subprocess
+
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as watch
+
+    out = subprocess.run([sys.executable, watch.__file__, "follow", job_dir, str(window)], check=True,
+                         stdout=subprocess.PIPE, timeout=60).stdout.decode()
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_light_follow_waits_the_window_renews_the_lease_and_reports_progress(tmp_path):
+    """A running job (a live supervisor, no result): the poll lasts its window, touches the lease and
+    answers the same progress line as the module's status, with no reason for the module to look."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    os.remove(os.path.join(job_dir, "result.json"))
+    log = os.path.join(job_dir, "torchrun.log")
+    with open(log, "w") as handle:  # torchrun still runs: its log does not say the workers finished
+        handle.write("I1121 rendezvous complete\n")
+    job_id = "light-%d" % os.getpid()
+    os.makedirs(job_dir + "-sup")
+    popen = _start_supervisor(job_dir + "-sup", job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job = col.read_json(os.path.join(job_dir, "job.json"))
+        job.update(pid=popen.pid, start=time.time() - 3, timeout=0)
+        with open(os.path.join(job_dir, "job.json"), "w") as handle:
+            json.dump(job, handle)
+        lease = os.path.join(job_dir, "lease")
+        with open(lease, "w"):
+            pass
+        os.utime(lease, (time.time() - 50, time.time() - 50))
+        began = time.time()
+        out = _follow_cli(job_dir, 1.0)
+        took = time.time() - began
+        assert 0.9 < took < 5, took
+        assert out["attention"] is None and out["done"] is False
+        assert time.time() - os.path.getmtime(lease) < 10
+        # the module's status line for the same moment
+        assert out["progress"] == fol.status(job["job_id"], job_dir, job, renew=False,
+                                             now=job["start"] + out["elapsed"])["progress"]
+        assert out["progress"].startswith(job["job_id"] + ": running, ")
+    finally:
+        os.killpg(popen.pid, 9)
+        popen.wait(timeout=20)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("ended", "ended"),                  # result.json: the module finishes
+    ("supervisor", "supervisor gone"),   # no result and no supervisor: the module decides
+    ("deadline", "deadline"),            # past timeout + grace + 30 s: the module stops the job
+    ("barrier", "workers succeeded"),    # this node's workers are done: the module watches the barrier
+])
+def test_light_follow_hands_over_to_the_module_at_once(tmp_path, case, expected):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    job = col.read_json(os.path.join(job_dir, "job.json"))
+    job.update(pid=os.getpid(), start=time.time(), timeout=0)
+    log = os.path.join(job_dir, "torchrun.log")
+    if case != "ended":
+        os.remove(os.path.join(job_dir, "result.json"))
+    if case != "barrier":
+        with open(log, "w") as handle:
+            handle.write("I1121 rendezvous complete\n")
+    if case == "supervisor":
+        job["pid"] = 2 ** 22 + 7  # above pid_max: no such process
+    if case == "deadline":
+        job.update(timeout=5, stop_grace=1, start=time.time() - 100)
+    with open(os.path.join(job_dir, "job.json"), "w") as handle:
+        json.dump(job, handle)
+    began = time.time()
+    out = _follow_cli(job_dir, 20)
+    assert out["attention"] == expected
+    assert time.time() - began < 5
+
+
+def test_light_follow_without_a_job_asks_for_the_module(tmp_path):
+    out = _follow_cli(str(tmp_path), 5)
+    assert out["attention"].startswith("no job.json")

@@ -289,3 +289,57 @@ def test_killed_supervisor_is_recorded_by_the_watcher(tmp_path):
     assert watcher.run() == 0
     result = json.loads((job_dir / "result.json").read_text())
     assert result["supervisor_lost"] is True and result["stopped"] is True
+
+
+def test_nap_ends_when_the_job_ends_here(tmp_path):
+    """The loop's nap lasts the interval while nothing happens, and ends within a step of
+    result.json appearing (the wait returns then, not up to an interval later); a second nap does not
+    end early for the same result."""
+    import threading
+    import time
+
+    job_dir = _job_dir(tmp_path, "nap-unit", lease=0)
+    watcher = w.Watcher(str(job_dir))
+    watcher.interval = 0.6
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start >= 0.55
+    timer = threading.Timer(0.2, lambda: (job_dir / "result.json").write_text("{}"))
+    timer.start()
+    start = time.time()
+    watcher.nap()
+    took = time.time() - start
+    timer.join()
+    assert 0.15 <= took < 0.45, took
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start >= 0.55
+
+
+def test_nap_ends_on_a_rank_exit_and_on_a_report_to_the_hub(tmp_path):
+    """A rank's exit record here, or another node's new state at the hub, ends the nap early;
+    a heartbeat that repeats the same state does not."""
+    import threading
+    import time
+
+    job_dir = _job_dir(tmp_path, "nap-unit2", lease=0, nodes=["node1", "node2"])
+    watcher = w.Watcher(str(job_dir))
+    watcher.marks = watcher.local_marks()
+    watcher.interval = 0.6
+    timer = threading.Timer(0.2, lambda: (job_dir / "exits" / "0_1.exit").write_text("{}"))
+    timer.start()
+    start = time.time()
+    watcher.nap()
+    timer.join()
+    assert time.time() - start < 0.45
+    other = [n for n in watcher.nodes if n != watcher.node][0]
+    watcher.on_message({"node": other, "state": "running"})
+    watcher.nap()  # the first report of a node is a change: the nap ends at once
+    start = time.time()
+    watcher.on_message({"node": other, "state": "running"})
+    watcher.nap()
+    assert time.time() - start >= 0.55
+    watcher.on_message({"node": other, "state": "succeeded"})
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start < 0.1
