@@ -1,11 +1,12 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filter: the root cause of a failed job across its nodes (see train_root_cause.yml)."""
+"""Filters: the root cause of a failed job across its nodes (train_root_cause.yml) and the play's report of a
+finished job (train_report.yml); the logic is plugins/module_utils/_torchrun.py."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import cross_node_root_cause
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import cross_node_root_cause, job_report
 
 
 def train_root_cause(results, node_errors=None):
@@ -16,8 +17,20 @@ def train_root_cause(results, node_errors=None):
     return cross_node_root_cause(results, node_errors)
 
 
+def train_report(results, hosts, failed_nodes=None, node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
+                 lost_timeout=10, nnodes=""):
+    """{node: torchrun result} + the play's hosts -> {lines, root_line, rank0_log, lost}."""
+    if not isinstance(results, dict) or not isinstance(hosts, (list, tuple)) or \
+            not isinstance(node_errors or {}, dict):
+        raise AnsibleFilterError("train_report expects {node: result}, a list of hosts and {node: error line}, "
+                                 "got %s, %s and %s" % (type(results).__name__, type(hosts).__name__,
+                                                        type(node_errors).__name__))
+    return job_report(results, list(hosts), failed_nodes or [], node_errors or {}, job_id, endpoint, runs_dir,
+                      log_dir, lost_timeout, nnodes)
+
+
 class FilterModule:
     """multinode.training job report filter."""
 
     def filters(self):
-        return {"train_root_cause": train_root_cause}
+        return {"train_root_cause": train_root_cause, "train_report": train_report}

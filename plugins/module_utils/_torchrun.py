@@ -448,3 +448,71 @@ def cross_node_root_cause(results, node_errors=None):
         return {"root": root, "line": summarize_failure(root["node"], root)}
     errors = node_errors or {}
     return {"root": None, "line": "; ".join(str(errors[node]) for node in errors)}
+
+
+def _first(values, empty):
+    for value in values:
+        if value:
+            return value
+    return empty
+
+
+def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
+               lost_timeout=10, nnodes=""):
+    """The play's report of a finished job (roles/train/tasks/report.yml) from every node's result of
+    the torchrun module (O(state=finished); {} for a node that returned none) -> {lines, root_line,
+    rank0_log, lost}.
+
+    - ``root_line``: what the nodes' watchers decided (the first failure across the nodes, a lost
+      node, an expired lease) wins; a job whose only failed nodes were lost names them as lost (their
+      connection errors are not the cause); else ``cross_node_root_cause``.
+    - ``lines``: the job (world size, nodes, rendezvous, where the logs are), one line per node (rc,
+      ranks, duration, timed out, FAILED), and for a failed job the root cause and the ranks stopped as
+      its consequence; the lost nodes.
+    - ``rank0_log``: the controller's copy of global rank 0's stdout ('' when no node reported it).
+    """
+    results = dict((host, (results or {}).get(host) or {}) for host in hosts)
+    ordered = [results[host] for host in hosts]
+    failed_nodes = list(failed_nodes or [])
+    stop_line = _first((r.get("stop_line") for r in ordered), "")
+    first_failure = _first((r.get("first_failure") for r in ordered), {})
+    lost = []
+    for result in ordered:
+        for node in result.get("lost") or []:
+            if node not in lost:
+                lost.append(node)
+    if stop_line:
+        root_line = stop_line
+    elif lost and not [node for node in failed_nodes if node not in lost]:
+        root_line = "node %s lost (no heartbeat for %ss)" % (", ".join(lost), lost_timeout)
+    else:
+        root_line = cross_node_root_cause(results, node_errors)["line"]
+    world = _first((r.get("world_size") for r in ordered), "unknown")
+    lines = ["job %s: world size %s on %d node(s), rendezvous %s, logs in %s/%s/"
+             % (job_id, world, len(hosts), endpoint, runs_dir, job_id)]
+    consequences, rank0_log = [], ""
+    prefix = "%s/%s/" % (log_dir, job_id)
+    for host in hosts:
+        result = results[host]
+        ranks = result.get("ranks") or []
+        listed = ",".join(str(r.get("rank")) for r in ranks if r.get("rank") is not None) or "-"
+        lines.append("%s: rc %s, ranks %s, %s s%s%s" % (
+            host, "none" if result.get("rc") is None else result["rc"], listed,
+            "?" if result.get("duration") is None else result["duration"],
+            ", timed out" if result.get("timed_out") else "", ", FAILED" if host in failed_nodes else ""))
+        for rank in ranks:
+            first_hand = host == first_failure.get("node") and rank.get("local_rank") == first_failure.get("local_rank")
+            if rank.get("state") != "succeeded" and not first_hand:
+                consequences.append("rank %s on %s" % (rank.get("rank"), host))
+            if rank.get("rank") == 0 and rank.get("stdout") and not rank0_log:
+                stdout = rank["stdout"]
+                rank0_log = "%s/%s/%s/%s" % (runs_dir, job_id, host,
+                                             stdout[len(prefix):] if stdout.startswith(prefix) else stdout)
+    if failed_nodes:
+        lines.append("root cause: " + root_line)
+        if consequences:
+            lines.append("stopped as a consequence: " + ", ".join(consequences))
+    if lost:
+        lines.append("lost node(s): %s%s" % (", ".join(lost),
+                                             " (elastic: the job went on without them)" if ":" in str(nnodes) else ""))
+    return {"lines": lines, "root_line": root_line, "rank0_log": rank0_log, "lost": lost}

@@ -47,3 +47,72 @@ def test_without_rank_failures_the_nodes_error_lines():
 def test_refuses_what_is_not_a_mapping():
     with pytest.raises(AnsibleFilterError, match="train_root_cause expects"):
         train_root_cause(["node1"])
+
+
+# ------------------------------------------------------------------ the play's report (filter train_report)
+
+from ansible_collections.multinode.training.plugins.filter.train_root_cause import train_report  # noqa: E402
+
+
+def rank(number, local, state, stdout=None):
+    return {"rank": number, "local_rank": local, "state": state, "stdout": stdout}
+
+
+REPORT_ARGS = dict(job_id="j1", endpoint="10.0.0.1:29500", runs_dir="/ctl/runs", log_dir="/var/log/mt", lost_timeout=10)
+
+
+def test_report_of_a_successful_job():
+    results = {
+        "node1": {"rc": 0, "world_size": 4, "duration": 7.5,
+                  "ranks": [rank(0, 0, "succeeded", "/var/log/mt/j1/ranks/x/attempt_0/0/stdout.log"),
+                            rank(1, 1, "succeeded")]},
+        "node2": {"rc": 0, "world_size": 4, "duration": 7.4, "ranks": [rank(2, 0, "succeeded"), rank(3, 1, "succeeded")]},
+    }
+    out = train_report(results, ["node1", "node2"], **REPORT_ARGS)
+    assert out["lines"] == ["job j1: world size 4 on 2 node(s), rendezvous 10.0.0.1:29500, logs in /ctl/runs/j1/",
+                            "node1: rc 0, ranks 0,1, 7.5 s", "node2: rc 0, ranks 2,3, 7.4 s"]
+    assert out["rank0_log"] == "/ctl/runs/j1/node1/ranks/x/attempt_0/0/stdout.log"
+    assert out["lost"] == []
+
+
+def test_report_watchers_stop_line_wins_and_names_the_consequences():
+    """The watchers' first failure (rank 3 on node2) is the root cause; the other ranks that did not
+    succeed are its consequence, the failed rank itself is not listed there."""
+    stop_line = "rank 3 (local_rank 1) on node2 failed first: AssertionError: boom"
+    first = {"node": "node2", "rank": 3, "local_rank": 1}
+    results = {
+        "node1": {"rc": 1, "stop_line": stop_line, "first_failure": first,
+                  "ranks": [rank(0, 0, "stopped"), rank(1, 1, "stopped")],
+                  "failures": [failure(0, 0, "RuntimeError: Connection closed by peer", 10.0, peer=True)]},
+        "node2": {"rc": 1, "stop_line": stop_line, "first_failure": first, "duration": 3.0,
+                  "ranks": [rank(2, 0, "stopped"), rank(3, 1, "failed")]},
+    }
+    out = train_report(results, ["node1", "node2"], ["node1", "node2"], {"node1": "a", "node2": "b"}, **REPORT_ARGS)
+    assert out["root_line"] == stop_line
+    assert out["lines"][1:] == ["node1: rc 1, ranks 0,1, ? s, FAILED", "node2: rc 1, ranks 2,3, 3.0 s, FAILED",
+                                "root cause: " + stop_line,
+                                "stopped as a consequence: rank 0 on node1, rank 1 on node1, rank 2 on node2"]
+    assert out["lines"][0].startswith("job j1: world size unknown on 2 node(s)")
+
+
+def test_report_a_lost_node_is_named_lost_not_by_its_connection_error():
+    results = {"node1": {"rc": 1, "lost": ["node3"], "ranks": []}, "node2": {"lost": ["node3"]}, "node3": {}}
+    hosts = ["node1", "node2", "node3"]
+    out = train_report(results, hosts, ["node3"], {"node3": "node3: Failed to connect to the host via ssh"},
+                       nnodes="3", **REPORT_ARGS)
+    assert out["root_line"] == "node node3 lost (no heartbeat for 10s)"
+    assert out["lines"][-1] == "lost node(s): node3"
+    assert "node3: rc none, ranks -, ? s, FAILED" in out["lines"]
+    # another node failed too: its own error is the cause (the rank failures across the nodes)
+    out = train_report(dict(results, node2={"failures": [failure(2, 0, "ValueError: x", 5.0)]}), hosts,
+                       ["node2", "node3"], {}, **REPORT_ARGS)
+    assert out["root_line"] == "rank 2 (local_rank 0) on node2 exited 1: ValueError: x"
+    # elastic: the job went on without the lost node
+    out = train_report({"node1": {"rc": 0, "lost": ["node3"]}}, hosts, [], {}, nnodes="2:3", **REPORT_ARGS)
+    assert out["lines"][-1] == "lost node(s): node3 (elastic: the job went on without them)"
+    assert not any(line.startswith("root cause") for line in out["lines"])
+
+
+def test_report_refuses_what_is_not_a_result_map():
+    with pytest.raises(AnsibleFilterError, match="train_report expects"):
+        train_report(["node1"], ["node1"])
