@@ -11,13 +11,14 @@ at the next progress line and is at most a third of the lease (the node clamps i
 the action checks that ansible-playbook is still there; if it went away the polls stop and the nodes
 stop the job when the lease runs out.
 
-Only the first call and the call that finishes are module calls. In between, each poll runs the job
-directory's watcher file, ``python mt_watch.py follow <job dir> <window>`` (standard library, with the
-python the module reported): the same lease renewal and progress for a python start-up instead of
-Ansible's module machinery (about 0.3 CPU-seconds per call on the node, times every node). It returns
-early when the module must look (the job ended there, its supervisor is gone, its deadline passed,
-its workers succeeded); the module then decides and finishes. Where that poll cannot run (no such
-python, an older job directory), the action goes on with module calls.
+Only the call that finishes is a module call (and the first one, where the host's python is not
+known before it). The other polls run the job directory's watcher file, ``python mt_watch.py follow
+<job dir> <window>`` (standard library): the same lease renewal and progress for a python start-up
+instead of Ansible's module machinery (about 0.3 CPU-seconds per call on the node, times every node,
+taken from the job's own CPUs). It returns early when the module must look (the job ended there, its
+supervisor is gone, its deadline passed, its workers succeeded); the module then decides and
+finishes. Where that poll cannot run (no job directory yet, no such python), the action goes on with
+module calls.
 
 With ``collect_to`` (a controller directory), the finished result carries the node's job directory
 as an archive (inline; a big one is fetched from the node and removed there), unpacked into
@@ -41,6 +42,7 @@ display = Display()
 MODULE = "multinode.training.torchrun"
 # Longest long poll: ansible-playbook's death is noticed within this (plus one round trip).
 LONGEST_WINDOW = 10.0
+DEFAULT_LOG_DIR = "/var/log/multinode-training"
 
 
 class ActionModule(ActionBase):
@@ -57,14 +59,16 @@ class ActionModule(ActionBase):
             return result
         host = task_vars.get("inventory_hostname") if task_vars else None
         if collect_to:
-            args["archive"] = os.path.join(args.get("log_dir") or "/var/log/multinode-training",
+            args["archive"] = os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR,
                                            "%s.%s.logs.tgz" % (args.get("job_id") or args.get("rdzv_id"), host))
         parent = os.getppid()
         try:
             next_print = time.time()
             first = True
             answerless = False
-            light = None  # [python, mt_watch.py, follow, job dir] once a module call told them
+            # [python, mt_watch.py, follow, job dir]: from the host's python (known after the facts), else
+            # from the first module call's answer
+            light = self._light_argv(task_vars, args)
             while True:
                 if os.getppid() != parent:
                     # ansible-playbook is gone (killed): stop renewing the lease, the nodes end the job.
@@ -92,7 +96,7 @@ class ActionModule(ActionBase):
                 answerless = False
                 if polled.get("done"):
                     break
-                if polled.get("interpreter") and polled.get("job_dir"):
+                if not light and polled.get("interpreter") and polled.get("job_dir"):
                     light = [polled["interpreter"], os.path.join(polled["job_dir"], WATCHER), "follow",
                              polled["job_dir"]]
                 next_print = self._progress(host, polled, next_print, poll)
@@ -112,6 +116,21 @@ class ActionModule(ActionBase):
             display.display("[%s] %s" % (host, polled.get("progress")))
             return now + poll
         return next_print
+
+    def _light_argv(self, task_vars, args):
+        """The light poll's argv when the host's python is known (ansible_python_interpreter, or the one
+        interpreter discovery found); None: the first poll is a module call, which says."""
+        task_vars = task_vars or {}
+        python = task_vars.get("ansible_python_interpreter") or \
+            (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+        job_id = args.get("job_id") or args.get("rdzv_id")
+        if not python or not job_id:
+            return None
+        python = self._templar.template(python)
+        if not isinstance(python, str) or not python.startswith("/"):
+            return None
+        job_dir = os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR, str(job_id))
+        return [python, os.path.join(job_dir, WATCHER), "follow", job_dir]
 
     def _light_poll(self, light, window):
         """One ``mt_watch.py follow`` poll on the node -> its JSON answer, None where it cannot run (the
