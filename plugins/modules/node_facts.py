@@ -1,0 +1,118 @@
+#!/usr/bin/python
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: node_facts
+short_description: The network and user facts of a node, from three ip calls
+version_added: 0.1.0
+description:
+  - Gathers the facts that C(setup) gathers with C(gather_subset=[network, user]), in the same shape and
+    under the same names (C(ansible_interfaces), one C(ansible_<interface>) each with C(device), C(ipv4),
+    C(ipv4_secondaries) and C(ipv6), C(ansible_default_ipv4) and C(ansible_default_ipv6),
+    C(ansible_all_ipv4_addresses) and C(ansible_all_ipv6_addresses), the user facts), from one
+    C(ip -j -d addr show) and two C(ip -j route get) calls instead of C(setup)'s two C(ip) calls, an
+    ethtool call and sysfs reads per interface.
+  - The facts module of C(playbooks/train.yml) (C(ansible_facts_modules)). Where C(ip) has no JSON output
+    (iproute2 older than 4.14) it gathers with C(setup)'s own collectors.
+  - Interface facts not needed by the collection's roles (speed, features, PCI ids) are not gathered.
+author:
+  - multinode.training maintainers (@multinode)
+options: {}
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: A play that gathers only what train.yml reads
+  hosts: train
+  gather_facts: true
+  vars:
+    ansible_facts_modules: [multinode.training.node_facts]
+  tasks:
+    - name: The address on the default route's interface
+      ansible.builtin.debug:
+        msg: "{{ ansible_facts.default_ipv4.address }}"
+"""
+
+RETURN = r"""
+ansible_facts:
+  description: The network and user facts, as C(setup) names them.
+  returned: always
+  type: dict
+  contains:
+    ansible_interfaces:
+      description: The node's interface names.
+      type: list
+      elements: str
+    ansible_default_ipv4:
+      description: The default route's interface (C(interface)), its address (C(address)), gateway and prefix; {} without a route.
+      type: dict
+    ansible_all_ipv4_addresses:
+      description: Every IPv4 address of the node but loopback's.
+      type: list
+      elements: str
+    ansible_user_id:
+      description: The connecting user.
+      type: str
+facts_source:
+  description: C(ip) (the three calls) or C(setup) (setup's collectors, where C(ip -j) is missing).
+  returned: always
+  type: str
+  sample: ip
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.multinode.training.plugins.module_utils._node_facts import (
+    ROUTE_TARGETS,
+    NodeFactsError,
+    network_facts,
+    user_facts,
+)
+
+
+def setup_facts(module):
+    """setup's own collectors for the network and user subsets (no ip -j on this node)."""
+    from ansible.module_utils.facts import ansible_collector, default_collectors
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace
+
+    collector = ansible_collector.get_ansible_collector(
+        all_collector_classes=default_collectors.collectors,
+        namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
+        filter_spec=[], gather_subset=["!all", "!min", "network", "user"], gather_timeout=10,
+        minimal_gather_subset=frozenset(["user"]))
+    return collector.collect(module=module)
+
+
+def main():
+    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
+    ip = module.get_bin_path("ip")
+    facts, source = None, "setup"
+    if ip:
+        rc, out, _err = module.run_command([ip, "-j", "-d", "addr", "show"])
+        if rc == 0:
+            routes = {}
+            for version, target in ROUTE_TARGETS.items():
+                route_rc, route_out, _route_err = module.run_command([ip, "-j", "-%d" % version, "route", "get", target])
+                routes[version] = route_out if route_rc == 0 else None
+            try:
+                facts = network_facts(out, routes[4], routes[6])
+                facts.update(user_facts())
+                source = "ip"
+            except NodeFactsError:
+                facts = None
+    if facts is None:
+        facts = setup_facts(module)
+    module.exit_json(changed=False, ansible_facts=facts, facts_source=source)
+
+
+if __name__ == "__main__":
+    main()
