@@ -244,7 +244,7 @@ def main():
                   manifest_sha256=None, wheelhouse_key=None, wheelhouse_current=False, plan=None,
                   git=os.path.exists("/usr/bin/git"), ansible_facts=facts)
 
-    # The interpreter (torch_resolve fails naming deepspeed_build_python when there is none).
+    # The torch to build against: this run's first probe resolved it, or pip's dry run (_torch_info).
     if (p["torch"] or {}).get("version"):
         # Resolved by this run's first probe: pip's dry run would answer the same.
         torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))

@@ -1,0 +1,34 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Action for multinode.training.node_facts: the facts from one shell command, no python on the node.
+
+The module costs a python start-up and Ansible's module machinery on the node (about 0.3
+CPU-seconds); this runs _node_facts.SCRIPT through the connection (three ``ip -j`` calls and the
+user's ids, no value of the play in it) and parses the output here with the same code. Where that
+cannot be read (no ``ip``, no JSON output), it runs the module, which falls back to setup's own
+collectors. ``gather_facts`` runs the module (it calls fact modules, not actions); train.yml calls
+this action as its first task instead.
+"""
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.multinode.training.plugins.module_utils._node_facts import SCRIPT, NodeFactsError, raw_facts
+
+
+class ActionModule(ActionBase):
+    _supports_check_mode = True
+    _requires_connection = True
+
+    def run(self, tmp=None, task_vars=None):
+        result = super(ActionModule, self).run(tmp, task_vars)
+        answer = self._low_level_execute_command(SCRIPT, sudoable=True)
+        try:
+            facts = raw_facts(answer.get("stdout") or "")
+        except NodeFactsError as exc:
+            self._display.vvv("node_facts: %s; gathering with the module" % exc)
+            result.update(self._execute_module(module_name="multinode.training.node_facts", module_args={},
+                                               task_vars=task_vars))
+            return result
+        result.update(changed=False, ansible_facts=facts, facts_source="ip")
+        return result
