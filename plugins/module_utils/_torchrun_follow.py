@@ -139,4 +139,3 @@ def status(job_id, job_dir, job, renew=True, now=None):
     if renew:
         renew_lease(job_dir)
     return progress(job_id, job_dir, job, now)
-

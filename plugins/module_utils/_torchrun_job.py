@@ -59,6 +59,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc 
     stop_job,
     supervisor_source,
 )
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import read_tail
 from ansible_collections.multinode.training.plugins.module_utils._train_listener import stop_stale
 from ansible_collections.multinode.training.plugins.module_utils._train_security import (
     SecurityError,
@@ -143,16 +144,6 @@ def write_json(path, data, mode=None, owner=None):
     if owner is not None:
         os.chown(tmp, owner[0], owner[1])
     os.rename(tmp, path)
-
-
-def read_tail(path, size=16384):
-    """The last ``size`` bytes of a file as text ('' when it cannot be read)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - size))
-            return handle.read().decode("utf-8", "replace")
-    except (IOError, OSError):
-        return ""
 
 
 # ------------------------------------------------------------------ decisions

@@ -180,7 +180,24 @@ def supervise(job_dir, job_id, timeout, grace, cwd, argv, poll=0.5):
     killed = kill_leftovers(job_id, job_dir, hard=timed_out or flags["stopped"])
     write_result(job_dir, {"rc": rc, "start": start, "end": time.time(), "timed_out": timed_out,
                            "stopped": flags["stopped"], "leftovers_killed": killed})
+    wake_watcher(job_dir, job_id)
     return rc
+
+
+def wake_watcher(job_dir, job_id, proc="/proc"):
+    """Tell the node's watcher (job.json's watch_pid, if it still is this job's watcher) that the job
+    ended: SIGURG, which the watcher turns into the end of its nap (_torchrun_watch) and which is
+    ignored by default. The watcher reports the end at once instead of at its next turn. -> pid or None."""
+    try:
+        with open(os.path.join(job_dir, "job.json")) as handle:
+            pid = int(json.load(handle).get("watch_pid") or 0)
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+            if ("MULTINODE_TRAINING_WATCH=%s" % job_id).encode() not in handle.read().split(b"\0"):
+                return None
+        os.kill(pid, signal.SIGURG)
+        return pid
+    except (OSError, ValueError, TypeError, AttributeError):
+        return None
 
 
 def keep(nft, pid, result_file, ttl, refresh, delete, poll=0.5):

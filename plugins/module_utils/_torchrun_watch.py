@@ -35,6 +35,7 @@ import hmac
 import json
 import os
 import re
+import select
 import signal
 import socket
 import sys
@@ -324,6 +325,8 @@ def caused_by_stop(failure, stop):
 # decision: the end of the job, the exit barrier, the deadline, the result and the logs.
 
 WATCH_ENV = "MULTINODE_TRAINING_WATCH"
+# The supervisor sends it to the node's watcher when it recorded the job's end (_torchrun_supervisor).
+WAKE_SIGNAL = signal.SIGURG
 # torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier).
 LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
 
@@ -370,7 +373,8 @@ def rank_dirs(job_dir):
     return {key: value[1] for key, value in found.items()}
 
 
-def _tail(path, size=16384):
+def read_tail(path, size=16384):
+    """The last ``size`` bytes of a file as text ('' when it cannot be read)."""
     try:
         with open(path, "rb") as handle:
             handle.seek(max(0, os.path.getsize(path) - size))
@@ -384,7 +388,7 @@ def rank0_line(job_dir):
     directory = rank_dirs(job_dir).get(0)
     if not directory:
         return None
-    lines = _tail(os.path.join(directory, "stdout.log"), 4096).strip().splitlines()
+    lines = read_tail(os.path.join(directory, "stdout.log"), 4096).strip().splitlines()
     return lines[-1][-200:] if lines else None
 
 
@@ -418,7 +422,7 @@ def needs_module(job_dir, job, now, proc="/proc"):
     timeout = job.get("timeout") or 0
     if timeout and job.get("start") and now > job["start"] + timeout + job.get("stop_grace", 15) + 30:
         return "deadline"
-    tail = _tail(os.path.join(job_dir, "torchrun.log"))
+    tail = read_tail(os.path.join(job_dir, "torchrun.log"))
     if any(line in tail for line in LOCAL_SUCCEEDED):
         return "workers succeeded"
     return None
@@ -482,10 +486,12 @@ class Watcher(object):
         self.restart_requested = {}
         self.hub_seen = False
         self.own_failure = None
-        # Set when something the loop acts on happened between two of its turns (a node reported a
-        # new state or failure to the hub): the loop's nap ends at once instead of after the interval.
-        self.wake = threading.Event()
-        self.marks = self.local_marks()
+        # A byte here ends the loop's nap at once instead of after the interval: the supervisor's
+        # WAKE_SIGNAL when the job ended on this node (main() makes the pipe the signal wakeup fd), a
+        # node's report of a new state or failure to the hub (``poke``).
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
 
     # -- local
     def supervisor_pid(self):
@@ -657,7 +663,14 @@ class Watcher(object):
                 self.failures.append(failure)
                 changed = True
         if changed:
-            self.wake.set()
+            self.poke()
+
+    def poke(self):
+        """End the main loop's nap now (from any thread)."""
+        try:
+            os.write(self.wake_w, b"!")
+        except OSError:  # full: a wake-up is pending already
+            pass
 
     def serve(self, port):
         server = socket.socket(socket.AF_INET6 if ":" in self.conf.get("bind", "") else socket.AF_INET)
@@ -753,33 +766,21 @@ class Watcher(object):
             self.save(local)
             self.nap()
 
-    def local_marks(self):
-        """What tells the loop that this node's job moved: result.json written, a rank's exit recorded
-        (the exits directory changed). Two stat calls."""
-        marks = []
-        for name in ("result.json", "exits"):
+    def nap(self):
+        """Sleep one interval, or less: until a byte arrives on the wake pipe (the job ended here, or
+        another node reported to the hub). No polling: a job that ended is reported (and the wait
+        returns) at once, not up to an interval later."""
+        try:
+            readable = select.select([self.wake_r], [], [], self.interval)[0]
+        except (OSError, ValueError):
+            time.sleep(self.interval)
+            return
+        if readable:
             try:
-                marks.append(os.stat(os.path.join(self.job_dir, name)).st_mtime_ns)
-            except OSError:
-                marks.append(None)
-        return marks
-
-    def nap(self, step=0.05):
-        """Sleep one interval, or less: the nap ends as soon as this node's job ended or a rank exited
-        here (``local_marks`` changed), or another node's report woke the hub (``wake``). A job that
-        ended is then reported (and the wait returns) within ``step`` s, not up to an interval later."""
-        end_by = time.time() + self.interval
-        while True:
-            left = end_by - time.time()
-            if left <= 0:
-                return
-            if self.wake.wait(min(step, left)):
-                self.wake.clear()
-                return
-            marks = self.local_marks()
-            if marks != self.marks:
-                self.marks = marks
-                return
+                while os.read(self.wake_r, 512):
+                    pass
+            except OSError:  # drained
+                pass
 
 
 def main(argv=None):
@@ -794,6 +795,10 @@ def main(argv=None):
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, on_signal)
+    # The supervisor's wake-up (WAKE_SIGNAL, ignored by default: a watcher not listening yet is not
+    # killed by it) ends the nap through the wake pipe.
+    signal.signal(WAKE_SIGNAL, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(watcher.wake_w)
     watcher.log("watching job %s (%s, lease %ss, lost after %ss, elastic %s)"
                 % (watcher.job_id, "hub" if watcher.hub else "node", watcher.lease or "none ", watcher.lost_after,
                    watcher.elastic))

@@ -15,28 +15,28 @@ description:
     C(ansible_all_ipv4_addresses) and C(ansible_all_ipv6_addresses), the user facts), from one
     C(ip -j -d addr show) and two C(ip -j route get) calls instead of C(setup)'s two C(ip) calls, an
     ethtool call and sysfs reads per interface.
-  - The facts module of C(playbooks/train.yml) (C(ansible_facts_modules)). Where C(ip) has no JSON output
-    (iproute2 older than 4.14) it gathers with C(setup)'s own collectors.
+  - C(playbooks/train.yml) calls it as its first task (the action, see notes); it also serves as a facts module
+    (C(ansible_facts_modules)). Where C(ip) has no JSON output (iproute2 older than 4.14) it gathers with
+    C(setup)'s own collectors.
   - Interface facts not needed by the collection's roles (speed, features, PCI ids) are not gathered.
 author:
   - multinode.training maintainers (@multinode)
 options: {}
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-  facts:
-    support: full
+extends_documentation_fragment:
+  - multinode.training.attributes.read_only
+notes:
+  - The action of the same name runs the three C(ip) calls and C(id) as one shell command and parses the output on
+    the controller (no python on the node); C(gather_facts) with C(ansible_facts_modules) runs this module.
 """
 
 EXAMPLES = r"""
 - name: A play that gathers only what train.yml reads
   hosts: train
-  gather_facts: true
-  vars:
-    ansible_facts_modules: [multinode.training.node_facts]
+  gather_facts: false
   tasks:
+    - name: Facts (addresses, interfaces, the connecting user)
+      multinode.training.node_facts:
+
     - name: The address on the default route's interface
       ansible.builtin.debug:
         msg: "{{ ansible_facts.default_ipv4.address }}"

@@ -291,55 +291,61 @@ def test_killed_supervisor_is_recorded_by_the_watcher(tmp_path):
     assert result["supervisor_lost"] is True and result["stopped"] is True
 
 
-def test_nap_ends_when_the_job_ends_here(tmp_path):
-    """The loop's nap lasts the interval while nothing happens, and ends within a step of
-    result.json appearing (the wait returns then, not up to an interval later); a second nap does not
-    end early for the same result."""
-    import threading
+def test_nap_lasts_the_interval_unless_poked_and_a_report_to_the_hub_pokes(tmp_path):
+    """The loop's nap lasts the interval while nothing happens; another node's new state at the hub
+    ends it at once, a heartbeat that repeats the same state does not."""
     import time
 
-    job_dir = _job_dir(tmp_path, "nap-unit", lease=0)
+    job_dir = _job_dir(tmp_path, "nap-unit", lease=0, nodes=["node1", "node2"])
     watcher = w.Watcher(str(job_dir))
     watcher.interval = 0.6
     start = time.time()
     watcher.nap()
     assert time.time() - start >= 0.55
-    timer = threading.Timer(0.2, lambda: (job_dir / "result.json").write_text("{}"))
-    timer.start()
-    start = time.time()
-    watcher.nap()
-    took = time.time() - start
-    timer.join()
-    assert 0.15 <= took < 0.45, took
-    start = time.time()
-    watcher.nap()
-    assert time.time() - start >= 0.55
-
-
-def test_nap_ends_on_a_rank_exit_and_on_a_report_to_the_hub(tmp_path):
-    """A rank's exit record here, or another node's new state at the hub, ends the nap early;
-    a heartbeat that repeats the same state does not."""
-    import threading
-    import time
-
-    job_dir = _job_dir(tmp_path, "nap-unit2", lease=0, nodes=["node1", "node2"])
-    watcher = w.Watcher(str(job_dir))
-    watcher.marks = watcher.local_marks()
-    watcher.interval = 0.6
-    timer = threading.Timer(0.2, lambda: (job_dir / "exits" / "0_1.exit").write_text("{}"))
-    timer.start()
-    start = time.time()
-    watcher.nap()
-    timer.join()
-    assert time.time() - start < 0.45
-    other = [n for n in watcher.nodes if n != watcher.node][0]
-    watcher.on_message({"node": other, "state": "running"})
-    watcher.nap()  # the first report of a node is a change: the nap ends at once
-    start = time.time()
-    watcher.on_message({"node": other, "state": "running"})
-    watcher.nap()
-    assert time.time() - start >= 0.55
-    watcher.on_message({"node": other, "state": "succeeded"})
+    watcher.on_message({"node": "node2", "state": "running"})  # the first report is a change
     start = time.time()
     watcher.nap()
     assert time.time() - start < 0.1
+    watcher.on_message({"node": "node2", "state": "running"})
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start >= 0.55
+    watcher.on_message({"node": "node2", "state": "succeeded"})
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start < 0.1
+
+
+def test_the_supervisor_wakes_the_watcher_at_the_end(tmp_path):
+    """A real watcher process (interval 5 s) and a real supervisor: the watcher writes its final state
+    within a fraction of a second of result.json (the supervisor's SIGURG ends its nap), not up to an
+    interval later; a SIGURG before the watcher listens does not kill it (ignored by default)."""
+    import subprocess
+    import sys
+    import time
+
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
+
+    job_id = "wake-unit-%d" % os.getpid()
+    job_dir = _job_dir(tmp_path, job_id, lease=0, interval=5)
+    env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=str(job_dir))
+    supervisor = subprocess.Popen([sys.executable, sup.__file__, str(job_dir), job_id, "0", "1", str(tmp_path), "--",
+                                   sys.executable, "-c", "import time; time.sleep(3)"], env=env, start_new_session=True)
+    watcher = subprocess.Popen([sys.executable, w.__file__, str(job_dir), str(supervisor.pid)],
+                               env=dict(os.environ, MULTINODE_TRAINING_WATCH=job_id), stdout=subprocess.DEVNULL)
+    try:
+        (job_dir / "job.json").write_text(json.dumps({"job_id": job_id, "pid": supervisor.pid, "start": time.time(),
+                                                      "watch_pid": watcher.pid}))
+        assert sup.wake_watcher(str(job_dir), job_id) == watcher.pid  # at once: maybe before it listens
+        assert supervisor.wait(timeout=30) == 0
+        assert watcher.wait(timeout=30) == 0
+        ended = json.loads((job_dir / "result.json").read_text())["end"]
+        state = json.loads((job_dir / "watch_state.json").read_text())
+        assert state["final"] is True
+        assert state["time"] - ended < 1.0, state["time"] - ended
+    finally:
+        for proc in (supervisor, watcher):
+            if proc.poll() is None:
+                proc.kill()
+    # not this job's watcher (another job id in its environment): no signal
+    assert sup.wake_watcher(str(job_dir), "other-job") is None
