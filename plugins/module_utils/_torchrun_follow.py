@@ -18,14 +18,11 @@ import time
 
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_rankwrap, _torchrun_watch
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import read_json, read_text
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import (  # noqa: F401 (one place)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import (
     WATCH_ENV,
-    follow_window,
-    job_done,
     last_exception_line,
     progress,
     renew_lease,
-    watcher_alive,
 )
 
 RANK_WRAPPER = "mt_rank.py"

@@ -44,8 +44,6 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_follo
     RANK_WRAPPER,
     WATCHER,
     add_watch_state,
-    follow_window,
-    job_done,
     renew_lease,
     status,
     stop_watcher,
@@ -59,7 +57,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc 
     stop_job,
     supervisor_source,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import read_tail
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import follow_window, job_done, read_tail
 from ansible_collections.multinode.training.plugins.module_utils._train_listener import stop_stale
 from ansible_collections.multinode.training.plugins.module_utils._train_security import (
     SecurityError,

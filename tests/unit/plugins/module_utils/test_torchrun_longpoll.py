@@ -1,5 +1,5 @@
 """Unit tests for the followed wait (issue 8: a launch that adds seconds): the node-side long poll
-(_torchrun_job.follow_until), its window (_torchrun_follow.follow_window / next_window), the
+(_torchrun_job.follow_until), its window (_torchrun_watch.follow_window, _torchrun_follow.next_window), the
 job directory packed into the finished result and unpacked on the controller
 (_torchrun_collect.pack_job_dir / unpack_job_archive). On recorded job directories and real
 supervisor processes.
@@ -21,6 +21,7 @@ from ansible_collections.multinode.training.plugins.module_utils import _torchru
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as fol
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_job as job_mod
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as watch
 from tests.unit.plugins.module_utils.test_torchrun_job import _start_supervisor, job_copy
 
 
@@ -33,7 +34,7 @@ from tests.unit.plugins.module_utils.test_torchrun_job import _start_supervisor,
     (0, 60, 0.5),        # never a busy loop
 ])
 def test_follow_window(requested, lease, expected):
-    assert fol.follow_window(requested, lease) == pytest.approx(expected)
+    assert watch.follow_window(requested, lease) == pytest.approx(expected)
 
 
 def test_next_window_first_call_is_short_then_up_to_the_next_line():
@@ -45,17 +46,17 @@ def test_next_window_first_call_is_short_then_up_to_the_next_line():
 
 def test_job_done_needs_the_result_and_a_final_watcher(tmp_path):
     ended = {"end": 100.0}
-    assert not fol.job_done({}, None, {"final": True}, 101.0)
-    assert fol.job_done({}, ended, {"final": True}, 101.0)
+    assert not watch.job_done({}, None, {"final": True}, 101.0)
+    assert watch.job_done({}, ended, {"final": True}, 101.0)
     # the watcher (no watch_pid: not alive) is gone
-    assert fol.job_done({}, ended, {}, 101.0)
+    assert watch.job_done({}, ended, {}, 101.0)
     # a watcher still running (its marker in /proc/<pid>/environ), not final: done only 30 s after the end
     proc = tmp_path / "proc" / "4242"
     proc.mkdir(parents=True)
     (proc / "environ").write_bytes(b"PATH=/bin\0MULTINODE_TRAINING_WATCH=x\0")
     watching = {"watch_pid": 4242, "job_id": "x"}
-    assert not fol.job_done(watching, ended, {}, 101.0, proc=str(tmp_path / "proc"))
-    assert fol.job_done(watching, ended, {}, 131.0, proc=str(tmp_path / "proc"))
+    assert not watch.job_done(watching, ended, {}, 101.0, proc=str(tmp_path / "proc"))
+    assert watch.job_done(watching, ended, {}, 131.0, proc=str(tmp_path / "proc"))
 
 
 # ------------------------------------------------------------------ the long poll
@@ -217,8 +218,6 @@ def test_follow_until_takes_the_supervisor_for_gone_only_after_repeated_misses(t
 def _follow_cli(job_dir, window):
     """``mt_watch.py follow`` as the action runs it on the node: the watcher file, its own process."""
     import subprocess
-
-    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as watch
 
     out = subprocess.run([sys.executable, watch.__file__, "follow", job_dir, str(window)], check=True,
                          stdout=subprocess.PIPE, timeout=60).stdout.decode()
