@@ -8,7 +8,10 @@
 #   train.yml - ansible-playbook train.yml --skip-tags prepare,nccl (validate, facts,
 #               security and preflight incl. the TCP reachability check, launch, wait,
 #               stop-check, log collection, report).
-# It prints the wall-clock seconds, the difference, and the median of each; it asserts nothing.
+# It prints the wall-clock seconds, the difference, and the median of each, and per mode and size the
+# median CPU seconds of the controller side (ansible-playbook and its workers: ctl_cpu; with all the
+# nodes on this machine, the rest of the machine's CPU went to the nodes); it asserts nothing.
+# KEEP=<dir> keeps the train.yml logs and the collected job directories.
 #
 # Modes (MODES, default "local docker ssh"):
 #   local  - the embedded default: this machine, no inventory, train_cpu_nproc processes
@@ -167,11 +170,17 @@ with_ansible() {  # project mode N run -> seconds
     extra=(-e train_nccl=false -e "train_cpu_nproc=$NPROC")
   fi
   start=$(now)
-  ANSIBLE_CONFIG=$project/ansible.cfg ansible-playbook "${inv[@]}" "$project/train.yml" --skip-tags prepare,nccl \
+  # /usr/bin/time: the CPU seconds of ansible-playbook and what it waited for (its workers, their ssh
+  # clients; not the detached ssh ControlMasters, not the nodes' side) -> $log.cpu
+  ANSIBLE_CONFIG=$project/ansible.cfg /usr/bin/time -f '%U %S' -o "$log.cpu" ansible-playbook "${inv[@]}" \
+    "$project/train.yml" --skip-tags prepare,nccl \
     "${extra[@]}" -e "train_rdzv_port=$PORT" -e "{\"train_args\": [\"$JOB_ARGS\"]}" -e train_runs_dir="$WORK/runs" \
     -e train_job_id="ansible-$mode-$n-$run-$RANDOM" >"$log" 2>&1 \
     || { echo "train.yml run failed: $log" >&2; tail -30 "$log" >&2; exit 1; }
   echo "$(now) - $start" | bc
+}
+controller_cpu() {  # project mode N run -> CPU seconds of the controller side of that run
+  awk '{print $1 + $2}' "$WORK/ansible-$(basename "$1")-$2-$3-$4.log.cpu"
 }
 
 ssh-keygen -q -t ed25519 -N '' -f "$WORK/id"
@@ -199,7 +208,7 @@ for mode in $MODES; do
       for project in $PROJECTS; do
         ans=$(with_ansible "$project" "$mode" "$n" "$run")
         add=$(echo "$ans - $hand" | bc)
-        col[t$i]+="$ans " col[a$i]+="$add "
+        col[t$i]+="$ans " col[a$i]+="$add " col[c$i]+="$(controller_cpu "$project" "$mode" "$n" "$run") "
         line+=$(printf ' %9.2f %9.2f' "$ans" "$add")
         i=$((i + 1))
       done
@@ -210,8 +219,11 @@ for mode in $MODES; do
       line+=$(printf ' %9.2f %9.2f' "$(echo "${col[t$i]}" | median)" "$(echo "${col[a$i]}" | median)")
     done
     echo "$line"
+    line=$(printf '%-7s %-6s %-6s %9s' "$mode" "$n" ctl_cpu "")
+    for i in "${!labels[@]}"; do line+=$(printf ' %9.2f %9s' "$(echo "${col[c$i]}" | median)" ""); done
+    echo "$line"
     unset col
   done
 done
-echo "(seconds; +<commit>: train.yml minus by hand. job: smoke_train.py $JOB_ARGS; containers: $NPROC process(es)" \
+echo "(seconds; +<commit>: train.yml minus by hand; ctl_cpu: median CPU seconds of ansible-playbook and its workers. job: smoke_train.py $JOB_ARGS; containers: $NPROC process(es)" \
   "per node, local: $LOCAL_NPROC; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"

@@ -32,6 +32,7 @@ import os
 import shlex
 import time
 
+from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
@@ -83,12 +84,21 @@ class ActionModule(ActionBase):
                     elif not polled.get("attention"):
                         next_print = self._progress(host, polled, next_print, poll)
                         continue
-                polled = self._execute_module(module_name=MODULE, module_args=dict(args, follow_limit=window),
-                                              task_vars=task_vars)
+                try:
+                    polled = self._execute_module(module_name=MODULE, module_args=dict(args, follow_limit=window),
+                                                  task_vars=task_vars)
+                except AnsibleConnectionFailure as exc:
+                    # The node went away mid-job (a killed container, a dead host): the same answer on
+                    # every connection (ssh raises here, docker without pipelining too, docker with
+                    # pipelining answers without a result) - a failed wait on this node, which the play
+                    # rescues and reports (the watchers name the node lost), not an unreachable host
+                    # that the rescue never sees.
+                    polled = {"failed": True, "module_stdout": "", "msg": "lost the connection to %s during the "
+                              "wait: %s" % (host, exc)}
                 if polled.get("failed") and not polled.get("done"):
                     if "done" not in polled and "module_stdout" in polled and not answerless:
                         # The call died without an answer (a long poll is nearly always in flight when a
-                        # node goes away): poll once more - a node that is gone is then unreachable.
+                        # node goes away): poll once more - a node that is gone fails that one too.
                         answerless = True
                         continue
                     result.update(polled)
@@ -106,7 +116,10 @@ class ActionModule(ActionBase):
                 result.update(self._collect(packed, collect_to, task_vars))
             return result
         finally:
-            self._remove_tmp_path(self._connection._shell.tmpdir)
+            try:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            except AnsibleConnectionFailure:  # the node is gone: nothing to clean there
+                pass
 
     @staticmethod
     def _progress(host, polled, next_print, poll):
@@ -133,10 +146,15 @@ class ActionModule(ActionBase):
         return [python, os.path.join(job_dir, WATCHER), "follow", job_dir]
 
     def _light_poll(self, light, window):
-        """One ``mt_watch.py follow`` poll on the node -> its JSON answer, None where it cannot run (the
-        caller goes back to module calls). A connection failure propagates (the node is unreachable)."""
+        """One ``mt_watch.py follow`` poll on the node -> its JSON answer, None where it cannot run: the
+        caller goes back to module calls. A connection failure too: the module call that follows meets
+        it the way every poll did before (a node lost mid-job is named the same way)."""
         cmd = " ".join(shlex.quote(part) for part in light + ["%.1f" % window])
-        answer = self._low_level_execute_command(cmd, sudoable=True)
+        try:
+            answer = self._low_level_execute_command(cmd, sudoable=True)
+        except AnsibleConnectionFailure as exc:
+            display.vvv("[%s] light poll: %s; polling with the module" % (self._task.get_name(), exc))
+            return None
         if answer.get("rc") != 0:
             return None
         try:

@@ -20,8 +20,6 @@ import ipaddress
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import LOCAL_SUCCEEDED
-
 JOB_ENV = "MULTINODE_TRAINING_JOB"
 JOB_DIR_ENV = "MULTINODE_TRAINING_JOB_DIR"
 MASK = "********"
@@ -371,6 +369,12 @@ def parse_error_file(data):
     except (TypeError, ValueError):
         timestamp = None
     return {"message": message, "traceback": traceback, "timestamp": timestamp}
+
+
+# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier). This
+# file is shipped alone to Slurm nodes (standard library only): the watcher's copy
+# (_torchrun_watch.LOCAL_SUCCEEDED) is kept equal by a unit test.
+LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
 
 
 def local_workers_succeeded(agent_log):

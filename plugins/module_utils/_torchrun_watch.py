@@ -327,7 +327,8 @@ def caused_by_stop(failure, stop):
 WATCH_ENV = "MULTINODE_TRAINING_WATCH"
 # The supervisor sends it to the node's watcher when it recorded the job's end (_torchrun_supervisor).
 WAKE_SIGNAL = signal.SIGURG
-# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier).
+# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier); the
+# same as _torchrun.LOCAL_SUCCEEDED (this file ships alone; a unit test keeps them equal).
 LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
 
 

@@ -349,3 +349,33 @@ def test_the_supervisor_wakes_the_watcher_at_the_end(tmp_path):
                 proc.kill()
     # not this job's watcher (another job id in its environment): no signal
     assert sup.wake_watcher(str(job_dir), "other-job") is None
+
+
+def test_local_succeeded_lines_are_torchruns():
+    """The watcher (shipped alone) and _torchrun (shipped alone to Slurm nodes) read the same lines."""
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun
+
+    assert w.LOCAL_SUCCEEDED == _torchrun.LOCAL_SUCCEEDED
+
+
+def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_path):
+    """mt_watch.py, mt_rank.py and supervisor.py run from the job directory; _torchrun.py and
+    supervisor.py run beside slurm_node.py on Slurm nodes: each must import on its own, in an
+    isolated python (-I: no site-packages, no ansible) with only its own directory on the path."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ansible_collections.multinode.training.plugins.module_utils import (
+        _torchrun,
+        _torchrun_rankwrap,
+        _torchrun_supervisor,
+    )
+
+    for module in (w, _torchrun, _torchrun_rankwrap, _torchrun_supervisor):
+        alone = tmp_path / module.__name__.rsplit(".", 1)[1]
+        alone.mkdir()
+        shutil.copy(module.__file__, str(alone / "shipped.py"))
+        done = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, %r); import shipped" % str(alone)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        assert done.returncode == 0, (module.__name__, done.stdout.decode())
