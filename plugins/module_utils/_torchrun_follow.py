@@ -23,6 +23,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch
     last_exception_line,
     progress,
     renew_lease,
+    watcher_alive,
 )
 
 RANK_WRAPPER = "mt_rank.py"
@@ -73,16 +74,12 @@ def watcher_env(env, job_id, job_env_keys):
 
 def stop_watcher(job, proc="/proc"):
     """The watcher outlives the job by a few seconds (it reports the node's end); stopping a job ends it."""
-    pid = (job or {}).get("watch_pid")
-    if not pid:
+    if not watcher_alive(job, proc):
         return None
     try:
-        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
-            if ("%s=%s" % (WATCH_ENV, job["job_id"])).encode() not in handle.read().split(b"\0"):
-                return None
-        os.kill(pid, signal.SIGKILL)
-        return pid
-    except (OSError, KeyError):
+        os.kill(job["watch_pid"], signal.SIGKILL)
+        return job["watch_pid"]
+    except OSError:
         return None
 
 

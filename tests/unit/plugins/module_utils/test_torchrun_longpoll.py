@@ -290,3 +290,26 @@ def test_light_follow_hands_over_to_the_module_at_once(tmp_path, case, expected)
 def test_light_follow_without_a_job_asks_for_the_module(tmp_path):
     out = _follow_cli(str(tmp_path), 5)
     assert out["attention"].startswith("no job.json")
+
+
+def test_stop_watcher_kills_only_this_jobs_watcher():
+    """state=stopped ends the job's watcher: the pid of job.json is killed only while it carries this
+    job's watcher marker (a reused pid, another job's watcher are left alone)."""
+    import subprocess
+
+    env = dict(os.environ, MULTINODE_TRAINING_WATCH="job-a")
+    watcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        assert fol.stop_watcher({"job_id": "job-b", "watch_pid": watcher.pid}) is None
+        assert fol.stop_watcher({"job_id": "job-a", "watch_pid": other.pid}) is None
+        assert fol.stop_watcher({"job_id": "job-a"}) is None
+        assert watcher.poll() is None and other.poll() is None
+        assert fol.stop_watcher({"job_id": "job-a", "watch_pid": watcher.pid}) == watcher.pid
+        assert watcher.wait(timeout=10) == -9
+    finally:
+        for proc in (watcher, other):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
