@@ -8,9 +8,17 @@ user's ids, no value of the play in it) and parses the output here with the same
 cannot be read (no ``ip``, no JSON output), it runs the module, which falls back to setup's own
 collectors. ``gather_facts`` runs the module (it calls fact modules, not actions); train.yml calls
 this action as its first task instead.
+
+Where the host's python is left to discovery (``interpreter_python = auto*``, no
+ansible_python_interpreter) and no module ran there yet, the action also runs Ansible's own
+discovery (ansible.executor.interpreter_discovery: ``command -v`` over INTERPRETER_PYTHON_FALLBACK,
+no python) and returns its ``discovered_interpreter_python`` fact, as the first module call would:
+the launch's next calls can then be light ones (plugins/plugin_utils/_light_exec.py) from the first.
 """
 from __future__ import annotations
 
+from ansible import constants as C
+from ansible.executor.interpreter_discovery import discover_interpreter
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.multinode.training.plugins.module_utils._node_facts import SCRIPT, NodeFactsError, raw_facts
@@ -30,5 +38,18 @@ class ActionModule(ActionBase):
             result.update(self._execute_module(module_name="multinode.training.node_facts", module_args={},
                                                task_vars=task_vars))
             return result
+        python = self._discover_python(task_vars or {})
+        if python:
+            facts["discovered_interpreter_python"] = python
         result.update(changed=False, ansible_facts=facts, facts_source="ip")
         return result
+
+    def _discover_python(self, task_vars):
+        """Ansible's interpreter discovery where a module call would run it first -> path or None."""
+        if task_vars.get("ansible_python_interpreter") or \
+                (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python"):
+            return None
+        mode = str(C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars) or "")
+        if not mode.startswith("auto"):
+            return None
+        return discover_interpreter(action=self, interpreter_name="python", discovery_mode=mode, task_vars=task_vars)

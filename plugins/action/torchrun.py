@@ -11,8 +11,10 @@ at the next progress line and is at most a third of the lease (the node clamps i
 the action checks that ansible-playbook is still there; if it went away the polls stop and the nodes
 stop the job when the lease runs out.
 
-Only the call that finishes is a module call (and the first one, where the host's python is not
-known before it). The other polls run the job directory's watcher file, ``python mt_watch.py follow
+Only the call that finishes runs the module's logic (and the first one, where the host's python is
+not known before it); where it can, that is a light call too (plugins/plugin_utils/_light_exec.py:
+the module_utils on the node's python, without Ansible's module machinery), as are the start and the
+stop. The other polls run the job directory's watcher file, ``python mt_watch.py follow
 <job dir> <window>`` (standard library): the same lease renewal and progress for a python start-up
 instead of Ansible's module machinery (about 0.3 CPU-seconds per call on the node, times every node,
 taken from the job's own CPUs). It returns early when the module must look (the job ended there, its
@@ -38,9 +40,11 @@ from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import unpack_job_archive
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import WATCHER, next_window
+from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, run_module
 
 display = Display()
 MODULE = "multinode.training.torchrun"
+ENTRY = "ansible_collections.multinode.training.plugins.module_utils._torchrun_job"
 # Longest long poll: ansible-playbook's death is noticed within this (plus one round trip).
 LONGEST_WINDOW = 10.0
 DEFAULT_LOG_DIR = "/var/log/multinode-training"
@@ -56,7 +60,7 @@ class ActionModule(ActionBase):
         poll = float(args.pop("poll", 10) or 10)
         collect_to = args.pop("collect_to", None)
         if not (follow and args.get("state", "finished") == "finished") or self._task.check_mode:
-            result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
+            result.update(run_module(self, MODULE, ENTRY, args, task_vars))
             return result
         host = task_vars.get("inventory_hostname") if task_vars else None
         if collect_to:
@@ -85,8 +89,7 @@ class ActionModule(ActionBase):
                         next_print = self._progress(host, polled, next_print, poll)
                         continue
                 try:
-                    polled = self._execute_module(module_name=MODULE, module_args=dict(args, follow_limit=window),
-                                                  task_vars=task_vars)
+                    polled = run_module(self, MODULE, ENTRY, dict(args, follow_limit=window), task_vars)
                 except AnsibleConnectionFailure as exc:
                     # The node went away mid-job (a killed container, a dead host): the same answer on
                     # every connection (ssh raises here, docker without pipelining too, docker with
@@ -131,16 +134,11 @@ class ActionModule(ActionBase):
         return next_print
 
     def _light_argv(self, task_vars, args):
-        """The light poll's argv when the host's python is known (ansible_python_interpreter, or the one
-        interpreter discovery found); None: the first poll is a module call, which says."""
-        task_vars = task_vars or {}
-        python = task_vars.get("ansible_python_interpreter") or \
-            (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python")
+        """The light poll's argv when the host's python is known (_light_exec.light_python: the rule of
+        the light module calls); None: the first poll is a module call, which says."""
+        python = light_python(self, task_vars)
         job_id = args.get("job_id") or args.get("rdzv_id")
         if not python or not job_id:
-            return None
-        python = self._templar.template(python)
-        if not isinstance(python, str) or not python.startswith("/"):
             return None
         job_dir = os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR, str(job_id))
         return [python, os.path.join(job_dir, WATCHER), "follow", job_dir]

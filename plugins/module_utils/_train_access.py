@@ -247,3 +247,31 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
         result["probe"] = probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
                                      probe.get("env_files") or [], connect, probe.get("code"))
     return result
+
+
+ARGUMENT_SPEC = dict(
+    user=dict(type="str"),
+    group=dict(type="str"),
+    create=dict(type="bool", default=False),
+    user_groups=dict(type="list", elements="str", default=[]),
+    checks=dict(type="list", elements="dict", default=[]),
+    directories=dict(type="list", elements="dict", default=[]),
+    port=dict(type="int", required=True),
+    ssh_ports=dict(type="list", elements="int", default=[]),
+    sshd_config=dict(type="path", default="/etc/ssh/sshd_config"),
+    firewall=dict(type="str", default="auto"),
+    listen=dict(type="dict"),
+    probe=dict(type="dict"),
+)
+
+
+def run_module(module):
+    """The module train_access: ``module`` is an AnsibleModule (plugins/modules/train_access.py) or a
+    _light.LightModule (its action's light call); answers through exit_json / fail_json."""
+    for check in module.params["checks"]:
+        if not isinstance(check, dict) or check.get("need") not in MODES or not check.get("path"):
+            module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
+    for entry in module.params["directories"]:
+        if not isinstance(entry, dict) or not entry.get("path"):
+            module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
+    module.exit_json(**access(module.params, module.run_command, module.get_bin_path, module.check_mode))

@@ -184,34 +184,11 @@ listener:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._train_access import MODES, access
+from ansible_collections.multinode.training.plugins.module_utils._train_access import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            user=dict(type="str"),
-            group=dict(type="str"),
-            create=dict(type="bool", default=False),
-            user_groups=dict(type="list", elements="str", default=[]),
-            checks=dict(type="list", elements="dict", default=[]),
-            directories=dict(type="list", elements="dict", default=[]),
-            port=dict(type="int", required=True),
-            ssh_ports=dict(type="list", elements="int", default=[]),
-            sshd_config=dict(type="path", default="/etc/ssh/sshd_config"),
-            firewall=dict(type="str", default="auto"),
-            listen=dict(type="dict"),
-            probe=dict(type="dict"),
-        ),
-        supports_check_mode=True,
-    )
-    for check in module.params["checks"]:
-        if not isinstance(check, dict) or check.get("need") not in MODES or not check.get("path"):
-            module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
-    for entry in module.params["directories"]:
-        if not isinstance(entry, dict) or not entry.get("path"):
-            module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
-    module.exit_json(**access(module.params, module.run_command, module.get_bin_path, module.check_mode))
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

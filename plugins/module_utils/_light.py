@@ -1,0 +1,198 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A module of this collection run without Ansible's module machinery (standard library only).
+
+An Ansible module call costs about 0.3 CPU-seconds on the node whatever the module does: Ansible
+imports ``ansible.module_utils.basic`` and what it needs from a zip without bytecode. Every node pays
+it at the same moment, on the CPUs the job is about to use. The collection's node-side modules that
+matter for the launch (train_access, torchrun) keep their logic in module_utils files that need only
+the standard library and an object with AnsibleModule's few members they use (``params``,
+``check_mode``, ``no_log_values``, ``exit_json``, ``fail_json``, ``warn``, ``run_command``,
+``get_bin_path``). Their action plugins (plugins/plugin_utils/_light_exec.py) validate the arguments
+on the controller with Ansible's own validator and send this file to the node's python on stdin,
+followed by a call of ``main`` with the module_utils sources and the validated arguments. ``main``
+makes those sources importable under their usual names (``inspect.getsource`` works on them too:
+the torchrun module ships some of them into the job directory), builds a ``LightModule`` and calls
+the entry's ``run_module(module)``; the module's answer is one JSON line on stdout, as a module's.
+"""
+from __future__ import annotations
+
+import base64
+import importlib
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zlib
+
+# The prefix of the collection's module_utils, as the modules import them.
+PACKAGE = "ansible_collections.multinode.training.plugins.module_utils"
+# Not a path on the node: the name inspect and tracebacks show for a shipped source.
+ORIGIN = "<multinode.training light>/"
+SBIN = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+MASK = "********"
+
+
+class _Exit(Exception):
+    """exit_json / fail_json: the answer is written, unwind to main."""
+
+
+def remove_values(value, secrets):
+    """``value`` with every secret replaced by ******** wherever it appears in a string (as
+    AnsibleModule does with its no_log values before answering)."""
+    secrets = [s for s in secrets if s]
+    if not secrets:
+        return value
+    if isinstance(value, dict):
+        return dict((remove_values(k, secrets), remove_values(v, secrets)) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return [remove_values(v, secrets) for v in value]
+    if isinstance(value, str):
+        for secret in sorted(secrets, key=len, reverse=True):
+            value = value.replace(secret, MASK)
+    return value
+
+
+class LightModule(object):
+    """The members of AnsibleModule that the collection's light modules use, on the standard library.
+
+    ``params`` are already validated (the controller ran Ansible's ArgumentSpecValidator with the
+    module's argument spec); ``answer`` receives the result dict instead of it being printed, for
+    tests."""
+
+    def __init__(self, params, check_mode=False, no_log_values=(), answer=None):
+        self.params = params
+        self.check_mode = bool(check_mode)
+        self.no_log_values = set(no_log_values)
+        self._warnings = []
+        self._answer = answer if answer is not None else {}
+
+    def warn(self, warning):
+        self._warnings.append(str(warning))
+
+    def exit_json(self, **result):
+        self._finish(result)
+
+    def fail_json(self, msg, **result):
+        result.update(failed=True, msg=msg)
+        self._finish(result)
+
+    def _finish(self, result):
+        if self._warnings:
+            result["warnings"] = list(result.get("warnings") or []) + self._warnings
+        self._answer.clear()
+        self._answer.update(remove_values(result, self.no_log_values))
+        raise _Exit()
+
+    def get_bin_path(self, name, required=False, opt_dirs=None):
+        """``name`` on PATH or in the sbin directories (AnsibleModule looks there too), else None."""
+        path = os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+        found = shutil.which(name, path=os.pathsep.join(list(opt_dirs or []) + path + list(SBIN)))
+        if found is None and required:
+            self.fail_json(msg="Failed to find required executable \"%s\" in paths: %s"
+                           % (name, os.pathsep.join(path + list(SBIN))))
+        return found
+
+    def run_command(self, args, check_rc=False, data=None, binary_data=False, cwd=None, environ_update=None,
+                    **_ignored):
+        """argv -> (rc, stdout, stderr) as text; ``data`` to stdin (with a newline unless
+        ``binary_data``), as AnsibleModule.run_command with a list and no shell."""
+        if isinstance(args, (str, bytes)):
+            raise TypeError("run_command: a light module passes an argv list")
+        env = dict(os.environ)
+        env.update(environ_update or {})
+        if data is not None:
+            data = data if isinstance(data, bytes) else data.encode("utf-8", "surrogateescape")
+            if not binary_data:
+                data += b"\n"
+        try:
+            proc = subprocess.Popen([str(a) for a in args], stdin=subprocess.PIPE if data is not None
+                                    else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=cwd, env=env, close_fds=True)
+            out, err = proc.communicate(data)
+            rc = proc.returncode
+        except OSError as exc:
+            rc, out, err = 2, b"", str(exc).encode()
+        out = out.decode("utf-8", "surrogateescape")
+        err = err.decode("utf-8", "surrogateescape")
+        if rc != 0 and check_rc:
+            self.fail_json(msg=err.strip() or "command failed", cmd=list(args), rc=rc, stdout=out, stderr=err)
+        return rc, out, err
+
+
+class SourceImporter(object):
+    """sys.meta_path finder and loader for ``{dotted name: source}``; the packages above them exist
+    empty. A module keeps its source for ``inspect.getsource`` (``get_source``)."""
+
+    def __init__(self, sources):
+        self.sources = dict(sources)
+        self.packages = set()
+        for name in self.sources:
+            parts = name.split(".")
+            for i in range(1, len(parts)):
+                self.packages.add(".".join(parts[:i]))
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in self.sources:
+            return importlib.util.spec_from_loader(fullname, self, origin=self._origin(fullname))
+        if fullname in self.packages:
+            spec = importlib.util.spec_from_loader(fullname, self, is_package=True)
+            spec.submodule_search_locations = []
+            return spec
+        return None
+
+    @staticmethod
+    def _origin(fullname):
+        return ORIGIN + fullname.replace(".", "/") + ".py"
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__name__
+        if name not in self.sources:
+            return
+        module.__file__ = self._origin(name)
+        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+
+    def get_source(self, fullname):
+        return self.sources.get(fullname)
+
+    def is_package(self, fullname):
+        return fullname in self.packages and fullname not in self.sources
+
+
+def pack(payload):
+    """The controller's payload -> the literal ``main`` takes (zlib, base64)."""
+    return base64.b64encode(zlib.compress(json.dumps(payload).encode("utf-8"), 6)).decode("ascii")
+
+
+def unpack(blob):
+    return json.loads(zlib.decompress(base64.b64decode(blob)).decode("utf-8"))
+
+
+def run(payload, answer=None):
+    """Run ``payload['entry']``'s ``run_module`` with a LightModule -> the answer dict.
+
+    payload: sources ({dotted name: source}), entry (dotted name), params, check_mode,
+    no_log_values."""
+    answer = {} if answer is None else answer
+    sys.meta_path.insert(0, SourceImporter(payload["sources"]))
+    module = LightModule(payload["params"], payload.get("check_mode"), payload.get("no_log_values") or (), answer)
+    try:
+        entry = importlib.import_module(payload["entry"])
+        entry.run_module(module)
+        module.fail_json(msg="%s: run_module returned without an answer" % payload["entry"])
+    except _Exit:
+        pass
+    return answer
+
+
+def main(blob):
+    """The node's side: one JSON line on stdout (exit code 0, failed or not; 1 for a crash, whose
+    traceback goes to stderr as a module's would)."""
+    answer = run(unpack(blob))
+    sys.stdout.write(json.dumps(answer) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,156 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Run a module of this collection on the node without Ansible's module machinery (controller side).
+
+For the launch's module calls (train_access, torchrun): where it can, the action validates the
+task's arguments here with Ansible's own ArgumentSpecValidator and the module's argument spec, then
+sends the node's python, on stdin, plugins/module_utils/_light.py followed by ``main(<payload>)``:
+the module_utils sources the entry imports (found by reading their imports, standard library only
+beyond them), the entry's name and the validated arguments. That costs the node a python start-up
+and the compile of those sources (about 0.05-0.1 CPU-seconds) instead of about 0.3 for a module
+call, on every node at once. The answer is the entry's one JSON line.
+
+``light_python`` says where this cannot run, and the action makes the usual module call instead:
+no absolute python known for the host yet (ansible_python_interpreter, the one discovered - by the
+first module call or by train.yml's node_facts - or interpreter_python in ansible.cfg), a
+connection that cannot take stdin (has_pipelining), become through a method that cannot either
+(su), an async task. The task's ``environment`` applies as to a module.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+
+from ansible import constants as C
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
+
+from ansible_collections.multinode.training.plugins.module_utils import _light
+
+_SOURCES = {}
+
+
+def module_sources(entry):
+    """``{dotted name: source}`` of ``entry`` (a module_utils module of this collection) and every
+    module_utils module of this collection it imports, directly or not. Read from the files beside
+    _light.py, never imported here (each task's worker process pays this: a few milliseconds)."""
+    if entry in _SOURCES:
+        return _SOURCES[entry]
+    folder = os.path.dirname(os.path.abspath(_light.__file__))
+    sources = {}
+    todo = [entry]
+    while todo:
+        name = todo.pop()
+        if name in sources:
+            continue
+        with open(os.path.join(folder, name.rsplit(".", 1)[1] + ".py")) as handle:
+            sources[name] = handle.read()
+        todo.extend(imports(sources[name]))
+    _SOURCES[entry] = sources
+    return sources
+
+
+_PREFIX = re.escape(_light.PACKAGE)
+_FROM = re.compile(r"^[ \t]*from[ \t]+(%s(?:\.\w+)?)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)" % _PREFIX, re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+(%s\.\w+)" % _PREFIX, re.M)
+
+
+def imports(source):
+    """The collection's module_utils modules that ``source`` imports (``from <package> import a, b``,
+    ``from <package>.a import x``, ``import <package>.a``), in the order written."""
+    found = []
+    for match in _FROM.finditer(source):
+        module, names = match.groups()
+        if module != _light.PACKAGE:
+            found.append(module)
+            continue
+        for name in names.strip("()").replace("\n", " ").split(","):
+            name = name.split("#")[0].strip().split(" ")[0]
+            if name:
+                found.append(_light.PACKAGE + "." + name)
+    found.extend(match.group(1) for match in _IMPORT.finditer(source))
+    return found
+
+
+def validate(entry, args, name):
+    """The task's arguments checked against ``entry``'s ARGUMENT_SPEC (and MUTUALLY_EXCLUSIVE), as
+    AnsibleModule would on the node -> (params, no_log values, error message or None)."""
+    utils = importlib.import_module(entry)
+    validator = ArgumentSpecValidator(utils.ARGUMENT_SPEC,
+                                      mutually_exclusive=getattr(utils, "MUTUALLY_EXCLUSIVE", None))
+    checked = validator.validate(dict(args))
+    if checked.error_messages:
+        msg = checked.errors.msg
+        if isinstance(checked.errors[0], UnsupportedError):
+            msg = "Unsupported parameters for (%s) module: %s" % (name, msg)
+        return None, (), msg
+    return checked.validated_parameters, sorted(str(v) for v in checked._no_log_values), None
+
+
+def script(entry, params, check_mode=False, no_log_values=()):
+    """The text the node's python reads on stdin: _light.py, then ``main(<payload>)``."""
+    payload = {"sources": module_sources(entry), "entry": entry, "params": params,
+               "check_mode": bool(check_mode), "no_log_values": list(no_log_values)}
+    with open(_light.__file__) as handle:
+        text = handle.read()
+    return "%s\n\nmain(%r)\n" % (text, _light.pack(payload))
+
+
+def light_python(action, task_vars):
+    """The host's python when a light call can run on this connection, else None."""
+    task_vars = task_vars or {}
+    connection = action._connection
+    if action._task.async_val or not getattr(connection, "has_pipelining", False):
+        return None
+    become = getattr(connection, "become", None)
+    if become is not None and not getattr(become, "pipelining", True):
+        return None
+    python = task_vars.get("ansible_python_interpreter") or \
+        (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python") or \
+        C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars)
+    if not python:
+        return None
+    python = action._templar.template(python)
+    if not isinstance(python, str) or not python.startswith("/") or " " in python:
+        return None
+    return python
+
+
+def parse_answer(answer):
+    """The low-level command's answer -> the module's result, or a failure shaped like a module's
+    that died without one (MODULE FAILURE, module_stdout, module_stderr, rc)."""
+    stdout = answer.get("stdout") or ""
+    for line in reversed(stdout.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                break
+            if isinstance(data, dict):
+                return data
+            break
+    return {"failed": True, "msg": "MODULE FAILURE: no answer from the node (rc %s); see stdout/stderr"
+            % answer.get("rc"), "module_stdout": stdout, "module_stderr": answer.get("stderr") or "",
+            "rc": answer.get("rc")}
+
+
+def run_light(action, module, entry, args, task_vars, python):
+    """One light call of ``module`` (its logic: ``entry``.run_module) with ``args`` -> its result."""
+    params, no_log_values, error = validate(entry, args, module)
+    if error:
+        return {"failed": True, "msg": error}
+    cmd = action._connection._shell.build_module_command(action._compute_environment_string(), python, "-")
+    answer = action._low_level_execute_command(
+        cmd, sudoable=True, in_data=script(entry, params, action._task.check_mode, no_log_values).encode("utf-8"))
+    return parse_answer(answer)
+
+
+def run_module(action, module, entry, args, task_vars):
+    """``module`` with ``args``: light where it can run (light_python), else the usual module call."""
+    python = light_python(action, task_vars)
+    if python is None:
+        return action._execute_module(module_name=module, module_args=args, task_vars=task_vars)
+    return run_light(action, module, entry, args, task_vars, python)

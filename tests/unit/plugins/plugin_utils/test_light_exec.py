@@ -1,0 +1,171 @@
+"""The light call (plugins/plugin_utils/_light_exec.py, plugins/module_utils/_light.py): the
+controller's script, run by a real python on stdin, isolated (-I: no ansible, no collection on its
+path), as a node's python runs it."""
+import inspect
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils import _light, _torchrun_supervisor
+from ansible_collections.multinode.training.plugins.plugin_utils import _light_exec
+
+ACCESS = "ansible_collections.multinode.training.plugins.module_utils._train_access"
+TORCHRUN = "ansible_collections.multinode.training.plugins.module_utils._torchrun_job"
+STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+
+
+def node_python(text):
+    """``text`` on stdin of an isolated python -> (rc, the JSON answer or None, stderr)."""
+    done = subprocess.run([sys.executable, "-I", "-"], input=text.encode(), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, check=False, cwd="/")
+    answer = _light_exec.parse_answer({"rc": done.returncode, "stdout": done.stdout.decode(),
+                                       "stderr": done.stderr.decode()})
+    return done.returncode, answer, done.stderr.decode()
+
+
+def light(entry, args, name, check_mode=False):
+    params, secrets, error = _light_exec.validate(entry, args, name)
+    assert error is None, error
+    return node_python(_light_exec.script(entry, params, check_mode, secrets))
+
+
+@pytest.mark.parametrize("entry", [ACCESS, TORCHRUN])
+def test_the_sources_are_the_entry_and_what_it_imports_and_need_only_the_standard_library(entry):
+    sources = _light_exec.module_sources(entry)
+    assert entry in sources
+    if entry == TORCHRUN:
+        # shipped into the job directory with inspect.getsource: must travel too
+        for name in ("_torchrun_supervisor", "_torchrun_watch", "_torchrun_rankwrap", "_torchrun"):
+            assert _light.PACKAGE + "." + name in sources
+    for name, source in sources.items():
+        for imported in _light_exec.imports(source):
+            assert imported in sources, (name, imported)
+        # beyond the collection's module_utils: the standard library only (no ansible.module_utils)
+        tree = __import__("ast").parse(source)
+        for node in __import__("ast").walk(tree):
+            if isinstance(node, __import__("ast").Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, __import__("ast").ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for mod in names:
+                assert mod.startswith(_light.PACKAGE) or mod.split(".")[0] in STDLIB, (name, mod)
+
+
+def ast_imports(source):
+    import ast
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith(_light.PACKAGE + "."))
+        elif isinstance(node, ast.ImportFrom) and node.module == _light.PACKAGE:
+            found.update(_light.PACKAGE + "." + a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_light.PACKAGE + "."):
+            found.add(node.module)
+    return found
+
+
+def test_the_import_scan_finds_what_python_s_parser_finds_in_every_module_utils_file():
+    folder = os.path.dirname(_light.__file__)
+    scanned = 0
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py"):
+            with open(os.path.join(folder, name)) as handle:
+                source = handle.read()
+            assert set(_light_exec.imports(source)) == ast_imports(source), name
+            scanned += bool(ast_imports(source))
+    assert scanned >= 10
+    # the forms: one line, parenthesized over lines, a submodule, `import`
+    text = ("from %s import (\n    _a,\n    _b as b,  # note\n)\nfrom %s._c import x\nimport %s._d\n"
+            "from %s import _e, _f\n" % ((_light.PACKAGE,) * 4))
+    assert sorted(_light_exec.imports(text)) == [_light.PACKAGE + "." + n for n in ("_a", "_b", "_c", "_d", "_e", "_f")]
+
+
+def test_train_access_runs_light_and_finds_the_port_collision(tmp_path):
+    sshd = tmp_path / "sshd_config"
+    sshd.write_text("Port 2222\n")
+    rc, answer, err = light(ACCESS, {"port": 2222, "sshd_config": str(sshd), "firewall": "false"}, "train_access")
+    assert rc == 0, err
+    assert answer["ssh_ports"] == [2222]
+    assert len(answer["problems"]) == 1 and "2222" in answer["problems"][0]
+    rc, answer, err = light(ACCESS, {"port": 29400, "sshd_config": str(sshd), "firewall": "false"}, "train_access")
+    assert rc == 0 and answer["problems"] == [] and answer["changed"] is False, (answer, err)
+
+
+def test_train_access_bad_checks_fail_as_the_module_does(tmp_path):
+    rc, answer, _err = light(ACCESS, {"port": 29400, "checks": [{"path": "/x", "need": "fly"}]}, "train_access")
+    assert rc == 0 and answer["failed"] is True
+    assert answer["msg"].startswith("checks: ") and "x|r|rx|w" in answer["msg"]
+
+
+def test_torchrun_stop_of_an_unknown_job_runs_light(tmp_path):
+    rc, answer, err = light(TORCHRUN, {"state": "stopped", "job_id": "nojob", "log_dir": str(tmp_path)}, "torchrun")
+    assert rc == 0, err
+    assert "failed" not in answer or not answer["failed"], answer
+    assert answer["changed"] is False
+
+
+def test_a_shipped_source_is_readable_with_inspect_and_equals_the_file():
+    """The torchrun module writes supervisor.py, mt_watch.py and mt_rank.py from
+    inspect.getsource of its module_utils: that must work on sources that travelled in memory."""
+    entry = _light.PACKAGE + "._probe_source"
+    sources = dict(_light_exec.module_sources(_light.PACKAGE + "._torchrun_supervisor"))
+    sources[entry] = ("import inspect\nfrom %s import _torchrun_supervisor\n\n"
+                      "def run_module(module):\n"
+                      "    module.exit_json(src=inspect.getsource(_torchrun_supervisor))\n" % _light.PACKAGE)
+    with open(_light.__file__) as handle:
+        text = handle.read()
+    payload = {"sources": sources, "entry": entry, "params": {}, "check_mode": False, "no_log_values": []}
+    rc, answer, err = node_python("%s\n\nmain(%r)\n" % (text, _light.pack(payload)))
+    assert rc == 0, err
+    assert answer["src"] == inspect.getsource(_torchrun_supervisor)
+
+
+def test_no_log_values_never_leave_the_node_and_a_crash_is_a_module_failure():
+    entry = _light.PACKAGE + "._probe_secret"
+    payload = {"sources": {entry: "def run_module(module):\n"
+                                  "    module.fail_json(msg='token s3cr3t-value refused', env={'TOKEN': 's3cr3t-value'})\n"},
+               "entry": entry, "params": {}, "no_log_values": ["s3cr3t-value"]}
+    with open(_light.__file__) as handle:
+        text = handle.read()
+    rc, answer, _err = node_python("%s\n\nmain(%r)\n" % (text, _light.pack(payload)))
+    assert rc == 0
+    assert answer == {"failed": True, "msg": "token ******** refused", "env": {"TOKEN": "********"}}
+    payload["sources"][entry] = "def run_module(module):\n    raise RuntimeError('boom')\n"
+    rc, answer, err = node_python("%s\n\nmain(%r)\n" % (text, _light.pack(payload)))
+    assert rc == 1 and "RuntimeError: boom" in err
+    assert answer["failed"] is True and answer["msg"].startswith("MODULE FAILURE") and "boom" in answer["module_stderr"]
+
+
+def test_validation_is_the_module_s_own():
+    params, _secrets, error = _light_exec.validate(ACCESS, {"port": "29400"}, "train_access")
+    assert error is None and params["port"] == 29400 and params["firewall"] == "auto" and params["checks"] == []
+    assert _light_exec.validate(ACCESS, {"port": 1, "colour": "red"}, "train_access")[2] == \
+        "Unsupported parameters for (train_access) module: colour. Supported parameters include: checks, " \
+        "create, directories, firewall, group, listen, port, probe, ssh_ports, sshd_config, user, user_groups."
+    assert "missing required arguments: port" in _light_exec.validate(ACCESS, {}, "train_access")[2]
+    error = _light_exec.validate(TORCHRUN, {"script": "a.py", "module": "b", "job_id": "j"}, "torchrun")[2]
+    assert "mutually exclusive" in error
+
+
+def test_light_module_run_command_and_get_bin_path(tmp_path):
+    module = _light.LightModule({})
+    rc, out, err = module.run_command(["cat"], data="line")
+    assert (rc, out, err) == (0, "line\n", "")
+    assert module.run_command(["cat"], data=b"raw", binary_data=True)[1] == "raw"
+    assert module.run_command([str(tmp_path / "missing")])[0] != 0
+    assert module.get_bin_path("sh") and os.path.isabs(module.get_bin_path("sh"))
+    assert module.get_bin_path("no-such-tool-here") is None
+    with pytest.raises(TypeError):
+        module.run_command("echo shell string")
+
+
+def test_parse_answer_takes_the_last_json_line():
+    assert _light_exec.parse_answer({"rc": 0, "stdout": "noise\n{\"a\": 1}\n"}) == {"a": 1}
+    failed = _light_exec.parse_answer({"rc": 127, "stdout": "", "stderr": "python: not found"})
+    assert failed["failed"] and failed["module_stderr"] == "python: not found" and "module_stdout" in failed
+    assert json.dumps(failed)
