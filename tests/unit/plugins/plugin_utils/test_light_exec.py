@@ -169,3 +169,30 @@ def test_parse_answer_takes_the_last_json_line():
     failed = _light_exec.parse_answer({"rc": 127, "stdout": "", "stderr": "python: not found"})
     assert failed["failed"] and failed["module_stderr"] == "python: not found" and "module_stdout" in failed
     assert json.dumps(failed)
+
+
+class _Stub(object):
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _action(pipelining=True, become=None, async_val=0):
+    return _Stub(_task=_Stub(async_val=async_val), _connection=_Stub(has_pipelining=pipelining, become=become),
+                 _templar=_Stub(template=lambda value: value))
+
+
+@pytest.mark.parametrize("action, task_vars, expected", [
+    (_action(), {"ansible_python_interpreter": "/usr/bin/python3"}, "/usr/bin/python3"),
+    (_action(), {"ansible_facts": {"discovered_interpreter_python": "/usr/bin/python3.11"}}, "/usr/bin/python3.11"),
+    # not known yet (interpreter_python's default is auto): the module call discovers it
+    (_action(), {}, None),
+    (_action(), {"ansible_python_interpreter": "python3"}, None),
+    (_action(), {"ansible_python_interpreter": "/usr/bin/env python3"}, None),
+    # a connection that cannot take stdin, su (no pipelining), an async task
+    (_action(pipelining=False), {"ansible_python_interpreter": "/usr/bin/python3"}, None),
+    (_action(become=_Stub(pipelining=False)), {"ansible_python_interpreter": "/usr/bin/python3"}, None),
+    (_action(become=_Stub(pipelining=True)), {"ansible_python_interpreter": "/usr/bin/python3"}, "/usr/bin/python3"),
+    (_action(async_val=30), {"ansible_python_interpreter": "/usr/bin/python3"}, None),
+])
+def test_where_a_light_call_can_run(action, task_vars, expected):
+    assert _light_exec.light_python(action, task_vars) == expected
