@@ -164,6 +164,39 @@ class SourceImporter(object):
         return fullname in self.packages and fullname not in self.sources
 
 
+def expand_paths(params, names):
+    """The ``path`` options (and lists of paths) expanded here, as AnsibleModule's path type does on
+    the node (``~`` and ``$VAR``); the controller checked them as strings."""
+    for name in names:
+        value = params.get(name)
+        if isinstance(value, str):
+            params[name] = os.path.expanduser(os.path.expandvars(value))
+        elif isinstance(value, list):
+            params[name] = [os.path.expanduser(os.path.expandvars(v)) if isinstance(v, str) else v for v in value]
+    return params
+
+
+def readable_cwd():
+    """Stay in the current directory when it can be read, else go home or to the temporary
+    directory, as AnsibleModule does (a become user may start in a directory it cannot read; the
+    processes the module starts inherit it) -> the directory."""
+    try:
+        cwd = os.getcwd()
+        if os.access(cwd, os.F_OK | os.R_OK):
+            return cwd
+    except OSError:
+        pass
+    import tempfile
+    for folder in (os.path.expandvars("$HOME"), tempfile.gettempdir()):
+        try:
+            if os.access(folder, os.F_OK | os.R_OK):
+                os.chdir(folder)
+                return folder
+        except OSError:
+            continue
+    return None
+
+
 def pack(payload):
     """The controller's payload -> the literal ``main`` takes (zlib, base64)."""
     return base64.b64encode(zlib.compress(json.dumps(payload).encode("utf-8"), 6)).decode("ascii")
@@ -176,11 +209,13 @@ def unpack(blob):
 def run(payload, answer=None):
     """Run ``payload['entry']``'s ``run_module`` with a LightModule -> the answer dict.
 
-    payload: sources ({dotted name: source}), entry (dotted name), params, check_mode,
-    no_log_values."""
+    payload: sources ({dotted name: source}), entry (dotted name), params, paths (the path options,
+    expanded here), check_mode, no_log_values."""
     answer = {} if answer is None else answer
     sys.meta_path.insert(0, SourceImporter(payload["sources"]))
-    module = LightModule(payload["params"], payload.get("check_mode"), payload.get("no_log_values") or (), answer)
+    readable_cwd()
+    params = expand_paths(payload["params"], payload.get("paths") or ())
+    module = LightModule(params, payload.get("check_mode"), payload.get("no_log_values") or (), answer)
     try:
         entry = importlib.import_module(payload["entry"])
         entry.run_module(module)

@@ -74,24 +74,38 @@ def imports(source):
     return found
 
 
+def node_side_paths(spec):
+    """``spec`` with its top-level ``path`` options (and lists of paths) checked as strings here ->
+    (that spec, their names). A path is expanded on the node (``~`` and ``$VAR`` are the node's, as
+    AnsibleModule expands them there): _light.expand_paths."""
+    checked, paths = {}, []
+    for name, option in spec.items():
+        option = dict(option)
+        if option.get("type") == "path" or (option.get("type") == "list" and option.get("elements") == "path"):
+            paths.append(name)
+            option["type" if option.get("type") == "path" else "elements"] = "str"
+        checked[name] = option
+    return checked, paths
+
+
 def validate(entry, args, name):
     """The task's arguments checked against ``entry``'s ARGUMENT_SPEC (and MUTUALLY_EXCLUSIVE), as
-    AnsibleModule would on the node -> (params, no_log values, error message or None)."""
+    AnsibleModule would on the node -> (params, no_log values, error message or None, path options)."""
     utils = importlib.import_module(entry)
-    validator = ArgumentSpecValidator(utils.ARGUMENT_SPEC,
-                                      mutually_exclusive=getattr(utils, "MUTUALLY_EXCLUSIVE", None))
+    spec, paths = node_side_paths(utils.ARGUMENT_SPEC)
+    validator = ArgumentSpecValidator(spec, mutually_exclusive=getattr(utils, "MUTUALLY_EXCLUSIVE", None))
     checked = validator.validate(dict(args))
     if checked.error_messages:
         msg = checked.errors.msg
         if isinstance(checked.errors[0], UnsupportedError):
             msg = "Unsupported parameters for (%s) module: %s" % (name, msg)
-        return None, (), msg
-    return checked.validated_parameters, sorted(str(v) for v in checked._no_log_values), None
+        return None, (), msg, paths
+    return checked.validated_parameters, sorted(str(v) for v in checked._no_log_values), None, paths
 
 
-def script(entry, params, check_mode=False, no_log_values=()):
+def script(entry, params, check_mode=False, no_log_values=(), paths=()):
     """The text the node's python reads on stdin: _light.py, then ``main(<payload>)``."""
-    payload = {"sources": module_sources(entry), "entry": entry, "params": params,
+    payload = {"sources": module_sources(entry), "entry": entry, "params": params, "paths": list(paths),
                "check_mode": bool(check_mode), "no_log_values": list(no_log_values)}
     with open(_light.__file__) as handle:
         text = handle.read()
@@ -139,12 +153,12 @@ def parse_answer(answer):
 
 def run_light(action, module, entry, args, task_vars, python):
     """One light call of ``module`` (its logic: ``entry``.run_module) with ``args`` -> its result."""
-    params, no_log_values, error = validate(entry, args, module)
+    params, no_log_values, error, paths = validate(entry, args, module)
     if error:
         return {"failed": True, "msg": error}
     cmd = action._connection._shell.build_module_command(action._compute_environment_string(), python, "-")
-    answer = action._low_level_execute_command(
-        cmd, sudoable=True, in_data=script(entry, params, action._task.check_mode, no_log_values).encode("utf-8"))
+    text = script(entry, params, action._task.check_mode, no_log_values, paths)
+    answer = action._low_level_execute_command(cmd, sudoable=True, in_data=text.encode("utf-8"))
     return parse_answer(answer)
 
 

@@ -27,9 +27,9 @@ def node_python(text):
 
 
 def light(entry, args, name, check_mode=False):
-    params, secrets, error = _light_exec.validate(entry, args, name)
+    params, secrets, error, paths = _light_exec.validate(entry, args, name)
     assert error is None, error
-    return node_python(_light_exec.script(entry, params, check_mode, secrets))
+    return node_python(_light_exec.script(entry, params, check_mode, secrets, paths))
 
 
 @pytest.mark.parametrize("entry", [ACCESS, TORCHRUN])
@@ -127,8 +127,9 @@ def test_a_shipped_source_is_readable_with_inspect_and_equals_the_file():
 
 def test_no_log_values_never_leave_the_node_and_a_crash_is_a_module_failure():
     entry = _light.PACKAGE + "._probe_secret"
-    payload = {"sources": {entry: "def run_module(module):\n"
-                                  "    module.fail_json(msg='token s3cr3t-value refused', env={'TOKEN': 's3cr3t-value'})\n"},
+    source = ("def run_module(module):\n"
+              "    module.fail_json(msg='token s3cr3t-value refused', env={'TOKEN': 's3cr3t-value'})\n")
+    payload = {"sources": {entry: source},
                "entry": entry, "params": {}, "no_log_values": ["s3cr3t-value"]}
     with open(_light.__file__) as handle:
         text = handle.read()
@@ -142,7 +143,7 @@ def test_no_log_values_never_leave_the_node_and_a_crash_is_a_module_failure():
 
 
 def test_validation_is_the_module_s_own():
-    params, _secrets, error = _light_exec.validate(ACCESS, {"port": "29400"}, "train_access")
+    params, _secrets, error, _paths = _light_exec.validate(ACCESS, {"port": "29400"}, "train_access")
     assert error is None and params["port"] == 29400 and params["firewall"] == "auto" and params["checks"] == []
     assert _light_exec.validate(ACCESS, {"port": 1, "colour": "red"}, "train_access")[2] == \
         "Unsupported parameters for (train_access) module: colour. Supported parameters include: checks, " \
@@ -196,3 +197,39 @@ def _action(pipelining=True, become=None, async_val=0):
 ])
 def test_where_a_light_call_can_run(action, task_vars, expected):
     assert _light_exec.light_python(action, task_vars) == expected
+
+
+def test_paths_are_expanded_on_the_node_not_on_the_controller(tmp_path):
+    """``~`` and ``$VAR`` in a path option are the node's (its HOME, its environment), as with the
+    module; the controller only checks the type."""
+    params, _secrets, error, paths = _light_exec.validate(
+        TORCHRUN, {"job_id": "j", "log_dir": "~/logs", "env_files": ["$NODE_ONLY/a.env", "/b.env"], "nnodes": "1"},
+        "torchrun")
+    assert error is None and params["log_dir"] == "~/logs" and params["env_files"][0] == "$NODE_ONLY/a.env"
+    assert {"log_dir", "env_files", "script", "python", "chdir", "venv", "archive"} <= set(paths)
+    os.environ["NODE_ONLY"] = "/node"
+    try:
+        expanded = _light.expand_paths(dict(params), paths)
+    finally:
+        del os.environ["NODE_ONLY"]
+    assert expanded["log_dir"] == os.path.expanduser("~/logs") and expanded["env_files"] == ["/node/a.env", "/b.env"]
+    # no path option hides in a sub-spec of a light module (only top-level ones are expanded)
+    for entry in (ACCESS, TORCHRUN):
+        for option in __import__("importlib").import_module(entry).ARGUMENT_SPEC.values():
+            for sub in (option.get("options") or {}).values():
+                assert "path" not in (sub.get("type"), sub.get("elements")), (entry, option)
+
+
+def test_a_working_directory_that_cannot_be_read_is_left_for_home_as_ansiblemodule_does(tmp_path):
+    """A become user may start where it cannot read (or in a directory removed since); what the
+    module starts inherits the cwd. Here: a removed one (root reads any existing one)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    code = ("import os, sys; sys.path.insert(0, %r); import _light; os.chdir(%r); os.rmdir(%r); "
+            "print(_light.readable_cwd(), os.getcwd())" % (os.path.dirname(_light.__file__), str(gone), str(gone)))
+    done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env=dict(os.environ, HOME=str(tmp_path)), check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().split() == [str(tmp_path), str(tmp_path)]
+    # a readable one is kept
+    assert _light.readable_cwd() == os.getcwd()
