@@ -96,11 +96,15 @@ class LightModule(object):
         return found
 
     def run_command(self, args, check_rc=False, data=None, binary_data=False, cwd=None, environ_update=None,
-                    **_ignored):
-        """argv -> (rc, stdout, stderr) as text; ``data`` to stdin (with a newline unless
-        ``binary_data``), as AnsibleModule.run_command with a list and no shell."""
+                    expand_user_and_vars=True, handle_exceptions=True, **_ignored):
+        """argv -> (rc, stdout, stderr) as text, as AnsibleModule.run_command with a list and no shell:
+        ``~`` and ``$VAR`` expanded in each argument, None dropped, ``data`` to stdin (with a newline
+        unless ``binary_data``), a command that cannot start fails the module (``handle_exceptions``)."""
         if isinstance(args, (str, bytes)):
             raise TypeError("run_command: a light module passes an argv list")
+        args = [str(a) for a in args if a is not None]
+        if expand_user_and_vars:
+            args = [os.path.expanduser(os.path.expandvars(a)) for a in args]
         env = dict(os.environ)
         env.update(environ_update or {})
         if data is not None:
@@ -108,17 +112,19 @@ class LightModule(object):
             if not binary_data:
                 data += b"\n"
         try:
-            proc = subprocess.Popen([str(a) for a in args], stdin=subprocess.PIPE if data is not None
-                                    else subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=cwd, env=env, close_fds=True)
+            proc = subprocess.Popen(args, stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env, close_fds=True)
             out, err = proc.communicate(data)
-            rc = proc.returncode
         except OSError as exc:
-            rc, out, err = 2, b"", str(exc).encode()
+            if handle_exceptions:
+                self.fail_json(rc=exc.errno, stdout="", stderr="", msg="Error executing command.", cmd=args,
+                               exception=str(exc))
+            raise
+        rc = proc.returncode
         out = out.decode("utf-8", "surrogateescape")
         err = err.decode("utf-8", "surrogateescape")
         if rc != 0 and check_rc:
-            self.fail_json(msg=err.strip() or "command failed", cmd=list(args), rc=rc, stdout=out, stderr=err)
+            self.fail_json(msg=err.strip() or "command failed", cmd=args, rc=rc, stdout=out, stderr=err)
         return rc, out, err
 
 

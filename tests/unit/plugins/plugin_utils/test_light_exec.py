@@ -158,7 +158,19 @@ def test_light_module_run_command_and_get_bin_path(tmp_path):
     rc, out, err = module.run_command(["cat"], data="line")
     assert (rc, out, err) == (0, "line\n", "")
     assert module.run_command(["cat"], data=b"raw", binary_data=True)[1] == "raw"
-    assert module.run_command([str(tmp_path / "missing")])[0] != 0
+    assert module.run_command(["sh", "-c", "exit 3"])[0] == 3
+    # as AnsibleModule: ~ and $VAR expanded in each argument, None dropped
+    os.environ["LIGHT_TEST"] = "value"
+    try:
+        assert module.run_command(["echo", "$LIGHT_TEST", None, "~"])[1] == "value %s\n" % os.path.expanduser("~")
+    finally:
+        del os.environ["LIGHT_TEST"]
+    # a command that cannot start fails the module, as AnsibleModule's does
+    answer = {}
+    failing = _light.LightModule({}, answer=answer)
+    with pytest.raises(_light._Exit):
+        failing.run_command([str(tmp_path / "missing")])
+    assert answer["failed"] is True and answer["msg"] == "Error executing command." and answer["rc"] == 2
     assert module.get_bin_path("sh") and os.path.isabs(module.get_bin_path("sh"))
     assert module.get_bin_path("no-such-tool-here") is None
     with pytest.raises(TypeError):
