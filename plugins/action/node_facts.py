@@ -17,11 +17,11 @@ the launch's next calls can then be light ones (plugins/plugin_utils/_light_exec
 """
 from __future__ import annotations
 
-from ansible import constants as C
 from ansible.executor.interpreter_discovery import discover_interpreter
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.multinode.training.plugins.module_utils._node_facts import SCRIPT, NodeFactsError, raw_facts
+from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import configured_python
 
 
 class ActionModule(ActionBase):
@@ -46,10 +46,7 @@ class ActionModule(ActionBase):
 
     def _discover_python(self, task_vars):
         """Ansible's interpreter discovery where a module call would run it first -> path or None."""
-        if task_vars.get("ansible_python_interpreter") or \
-                (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python"):
-            return None
-        mode = str(C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars) or "")
+        mode = str(configured_python(task_vars) or "")
         if not mode.startswith("auto"):
             return None
         return discover_interpreter(action=self, interpreter_name="python", discovery_mode=mode, task_vars=task_vars)

@@ -42,15 +42,18 @@ class _Exit(Exception):
 def remove_values(value, secrets):
     """``value`` with every secret replaced by ******** wherever it appears in a string (as
     AnsibleModule does with its no_log values before answering)."""
-    secrets = [s for s in secrets if s]
-    if not secrets:
-        return value
+    secrets = sorted((s for s in secrets if s), key=len, reverse=True)
+    return _masked(value, secrets) if secrets else value
+
+
+def _masked(value, secrets):
+    """remove_values' walk; ``secrets``: non-empty, longest first (a secret inside another one)."""
     if isinstance(value, dict):
-        return dict((remove_values(k, secrets), remove_values(v, secrets)) for k, v in value.items())
+        return dict((_masked(k, secrets), _masked(v, secrets)) for k, v in value.items())
     if isinstance(value, (list, tuple)):
-        return [remove_values(v, secrets) for v in value]
+        return [_masked(v, secrets) for v in value]
     if isinstance(value, str):
-        for secret in sorted(secrets, key=len, reverse=True):
+        for secret in secrets:
             value = value.replace(secret, MASK)
     return value
 

@@ -112,6 +112,14 @@ def script(entry, params, check_mode=False, no_log_values=(), paths=()):
     return "%s\n\nmain(%r)\n" % (text, _light.pack(payload))
 
 
+def configured_python(task_vars):
+    """The host's python as Ansible would pick it before running a module: ansible_python_interpreter,
+    else the one discovered already, else interpreter_python (``auto*``: to be discovered)."""
+    return task_vars.get("ansible_python_interpreter") or \
+        (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python") or \
+        C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars)
+
+
 def light_python(action, task_vars):
     """The host's python when a light call can run on this connection, else None."""
     task_vars = task_vars or {}
@@ -121,9 +129,7 @@ def light_python(action, task_vars):
     become = getattr(connection, "become", None)
     if become is not None and not getattr(become, "pipelining", True):
         return None
-    python = task_vars.get("ansible_python_interpreter") or \
-        (task_vars.get("ansible_facts") or {}).get("discovered_interpreter_python") or \
-        C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars)
+    python = configured_python(task_vars)
     if not python:
         return None
     python = action._templar.template(python)

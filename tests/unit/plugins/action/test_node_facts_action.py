@@ -32,3 +32,8 @@ def test_nothing_is_discovered_where_the_python_is_known_already():
 
 def test_a_node_without_python_gets_ansible_s_fallback():
     assert ActionModule._discover_python(_Node([]), {"inventory_hostname": "n1"}) == "/usr/bin/python3"
+
+
+def test_an_interpreter_set_to_auto_is_discovered_as_ansible_does():
+    node = _Node(["/usr/bin/python3"])
+    assert ActionModule._discover_python(node, {"ansible_python_interpreter": "auto_silent"}) == "/usr/bin/python3"

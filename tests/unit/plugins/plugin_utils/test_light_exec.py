@@ -245,3 +245,9 @@ def test_a_working_directory_that_cannot_be_read_is_left_for_home_as_ansiblemodu
     assert done.stdout.decode().split() == [str(tmp_path), str(tmp_path)]
     # a readable one is kept
     assert _light.readable_cwd() == os.getcwd()
+
+
+def test_a_secret_inside_a_longer_one_leaves_nothing_of_the_longer_one():
+    assert _light.remove_values({"msg": "x abcdef", "n": 3, "l": ("abc",)}, ["abc", "abcdef", ""]) == \
+        {"msg": "x ********", "n": 3, "l": ["********"]}
+    assert _light.remove_values({"n": 3}, []) == {"n": 3}
