@@ -26,7 +26,8 @@ description:
     P(multinode.training.train_probe#module) - the security step and the preflight probe of a launch in one
     round trip.
   - Every problem is returned in RV(problems), one line naming the variable, the value and what is valid;
-    the module itself fails only on unusable options.
+    the module itself fails only on unusable options, on O(refuse), and with O(fail_on_problems) on any
+    problem.
 author:
   - multinode.training maintainers (@multinode)
 options:
@@ -90,6 +91,22 @@ options:
         (connections to wait for, one per node) and C(timeout) (seconds it lives at most); unset - none.
       - A listener that an earlier run left on the same port is stopped first.
     type: dict
+  node:
+    description: The node's name, put before the message of a failure (O(refuse), O(fail_on_problems)).
+    type: str
+    default: ""
+  refuse:
+    description:
+      - A refusal decided before the call (the train role's root check from the node's facts) - the module
+        fails with it (after O(node)) before any check; empty - none.
+    type: str
+    default: ""
+  fail_on_problems:
+    description:
+      - Fail when there are RV(problems), with the message C(<node>: <problem>; <problem>) and every return
+        value, instead of returning them for an assert task.
+    type: bool
+    default: false
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
@@ -124,6 +141,13 @@ EXAMPLES = r"""
   ansible.builtin.assert:
     that: access.problems | length == 0
     fail_msg: "{{ inventory_hostname }}: {{ access.problems | join('; ') }}"
+
+- name: The same in one task - fail on any problem, naming the node
+  multinode.training.train_access:
+    user: mtrain
+    port: 29400
+    node: "{{ inventory_hostname }}"
+    fail_on_problems: true
 """
 
 RETURN = r"""

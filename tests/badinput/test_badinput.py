@@ -21,6 +21,7 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,8 +113,11 @@ def run_case(case):
     os.mkdir(tmp)
     extra = base_vars(playbook, tmp)
     extra.update(json.loads(json.dumps(case["vars"]).replace("@TMP@", tmp)))
-    proc, report, seconds = run_playbook(playbook, extra, tmp, case.get("args", ()))
-    return {"proc": proc, "report": report, "seconds": seconds, "left": tree(tmp)}
+    try:
+        proc, report, seconds = run_playbook(playbook, extra, tmp, case.get("args", ()))
+        return {"proc": proc, "report": report, "seconds": seconds, "left": tree(tmp)}
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
