@@ -103,8 +103,8 @@ options:
     default: ""
   fail_on_problems:
     description:
-      - Fail when there are RV(problems), with the message C(<node>: <problem>; <problem>) and every return
-        value, instead of returning them for an assert task.
+      - Fail when there are RV(problems) instead of returning them for an assert task - the message is O(node),
+        a colon and the problems joined by semicolons; every return value comes with it.
     type: bool
     default: false
 attributes:

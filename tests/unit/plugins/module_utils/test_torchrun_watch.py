@@ -410,7 +410,7 @@ def test_needs_module_reads_the_log_again_only_when_it_changed(tmp_path, monkeyp
     real = w.read_tail
     monkeypatch.setattr(w, "read_tail", lambda path, size=16384: reads.append(path) or real(path, size))
     seen = {}
-    for _ in range(5):
+    for _check in range(5):
         assert w.needs_module(job_dir, job, 101.0, seen=seen) is None
     assert len(reads) == 1
     with open(os.path.join(job_dir, "torchrun.log"), "a") as handle:
