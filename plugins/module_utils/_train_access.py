@@ -263,7 +263,6 @@ ARGUMENT_SPEC = dict(
     listen=dict(type="dict"),
     probe=dict(type="dict"),
     node=dict(type="str", default=""),
-    refuse=dict(type="str", default=""),
     fail_on_problems=dict(type="bool", default=False),
 )
 
@@ -272,13 +271,9 @@ def run_module(module):
     """The module train_access: ``module`` is an AnsibleModule (plugins/modules/train_access.py) or a
     _light.LightModule (its action's light call); answers through exit_json / fail_json.
 
-    ``refuse`` (a refusal the role decided from the node's facts) fails before any check;
     ``fail_on_problems`` fails with the problems (``node: problem; problem``) instead of returning
     them, so that the play needs no assert task per node after the call."""
     p = module.params
-    where = "%s: " % p["node"] if p["node"] else ""
-    if p["refuse"]:
-        module.fail_json(msg=where + p["refuse"])
     for check in module.params["checks"]:
         if not isinstance(check, dict) or check.get("need") not in MODES or not check.get("path"):
             module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
@@ -287,5 +282,6 @@ def run_module(module):
             module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
     result = access(p, module.run_command, module.get_bin_path, module.check_mode)
     if p["fail_on_problems"] and result["problems"]:
+        where = "%s: " % p["node"] if p["node"] else ""
         module.fail_json(msg=where + "; ".join(result["problems"]), **result)
     module.exit_json(**result)

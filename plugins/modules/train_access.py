@@ -26,8 +26,7 @@ description:
     P(multinode.training.train_probe#module) - the security step and the preflight probe of a launch in one
     round trip.
   - Every problem is returned in RV(problems), one line naming the variable, the value and what is valid;
-    the module itself fails only on unusable options, on O(refuse), and with O(fail_on_problems) on any
-    problem.
+    the module itself fails only on unusable options, and with O(fail_on_problems) on any problem.
 author:
   - multinode.training maintainers (@multinode)
 options:
@@ -92,13 +91,7 @@ options:
       - A listener that an earlier run left on the same port is stopped first.
     type: dict
   node:
-    description: The node's name, put before the message of a failure (O(refuse), O(fail_on_problems)).
-    type: str
-    default: ""
-  refuse:
-    description:
-      - A refusal decided before the call (the train role's root check from the node's facts) - the module
-        fails with it (after O(node)) before any check; empty - none.
+    description: The node's name, put before the message of a failure with O(fail_on_problems).
     type: str
     default: ""
   fail_on_problems:

@@ -96,7 +96,7 @@ def test_train_access_runs_light_and_finds_the_port_collision(tmp_path):
     assert rc == 0 and answer["problems"] == [] and answer["changed"] is False, (answer, err)
 
 
-def test_train_access_fails_naming_the_node_on_problems_and_refusals(tmp_path):
+def test_train_access_fails_naming_the_node_on_problems(tmp_path):
     sshd = tmp_path / "sshd_config"
     sshd.write_text("Port 2222\n")
     args = {"port": 2222, "sshd_config": str(sshd), "firewall": "false", "node": "node2", "fail_on_problems": True}
@@ -107,10 +107,9 @@ def test_train_access_fails_naming_the_node_on_problems_and_refusals(tmp_path):
     # no problem: no failure
     rc, answer, err = light(ACCESS, dict(args, port=29400), "train_access")
     assert rc == 0 and not answer.get("failed") and answer["problems"] == [], (answer, err)
-    # a refusal fails before any check (no port collision looked for)
-    rc, answer, err = light(ACCESS, dict(args, refuse="train_user='': the job would run as root"), "train_access")
-    assert rc == 0 and answer["failed"] is True, err
-    assert answer["msg"] == "node2: train_user='': the job would run as root" and "ssh_ports" not in answer
+    # without fail_on_problems the problems are returned, not failed with
+    rc, answer, err = light(ACCESS, dict(args, fail_on_problems=False), "train_access")
+    assert rc == 0 and not answer.get("failed") and len(answer["problems"]) == 1, (answer, err)
 
 
 def test_train_access_bad_checks_fail_as_the_module_does(tmp_path):
@@ -164,7 +163,7 @@ def test_validation_is_the_module_s_own():
     assert error is None and params["port"] == 29400 and params["firewall"] == "auto" and params["checks"] == []
     assert _light_exec.validate(ACCESS, {"port": 1, "colour": "red"}, "train_access")[2] == \
         "Unsupported parameters for (train_access) module: colour. Supported parameters include: checks, " \
-        "create, directories, fail_on_problems, firewall, group, listen, node, port, probe, refuse, ssh_ports, " \
+        "create, directories, fail_on_problems, firewall, group, listen, node, port, probe, ssh_ports, " \
         "sshd_config, user, user_groups."
     assert "missing required arguments: port" in _light_exec.validate(ACCESS, {}, "train_access")[2]
     error = _light_exec.validate(TORCHRUN, {"script": "a.py", "module": "b", "job_id": "j"}, "torchrun")[2]
