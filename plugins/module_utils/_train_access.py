@@ -274,10 +274,10 @@ def run_module(module):
     ``fail_on_problems`` fails with the problems (``node: problem; problem``) instead of returning
     them, so that the play needs no assert task per node after the call."""
     p = module.params
-    for check in module.params["checks"]:
+    for check in p["checks"]:
         if not isinstance(check, dict) or check.get("need") not in MODES or not check.get("path"):
             module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
-    for entry in module.params["directories"]:
+    for entry in p["directories"]:
         if not isinstance(entry, dict) or not entry.get("path"):
             module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
     result = access(p, module.run_command, module.get_bin_path, module.check_mode)
