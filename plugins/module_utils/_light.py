@@ -107,7 +107,7 @@ class LightModule(object):
             raise TypeError("run_command: a light module passes an argv list")
         args = [str(a) for a in args if a is not None]
         if expand_user_and_vars:
-            args = [os.path.expanduser(os.path.expandvars(a)) for a in args]
+            args = [expand(a) for a in args]
         env = dict(os.environ)
         env.update(environ_update or {})
         if data is not None:
@@ -173,15 +173,20 @@ class SourceImporter(object):
         return fullname in self.packages and fullname not in self.sources
 
 
+def expand(text):
+    """``$VAR`` then ``~`` expanded, as AnsibleModule expands a path option and run_command's argv."""
+    return os.path.expanduser(os.path.expandvars(text))
+
+
 def expand_paths(params, names):
     """The ``path`` options (and lists of paths) expanded here, as AnsibleModule's path type does on
     the node (``~`` and ``$VAR``); the controller checked them as strings."""
     for name in names:
         value = params.get(name)
         if isinstance(value, str):
-            params[name] = os.path.expanduser(os.path.expandvars(value))
+            params[name] = expand(value)
         elif isinstance(value, list):
-            params[name] = [os.path.expanduser(os.path.expandvars(v)) if isinstance(v, str) else v for v in value]
+            params[name] = [expand(v) if isinstance(v, str) else v for v in value]
     return params
 
 
