@@ -3,8 +3,9 @@
 """Module train_access's work on a node: the job's security step in one round trip.
 
 ``access`` does, in order: the ports and the firewall tool (what needs no account); the job's
-account - resolved, or, when it is missing and the role creates it (``create``), whether it can
-be created (its group exists) and which of the wanted supplementary groups exist; what the account
+account - resolved, or, when it is missing and the role creates it (``create``) and nothing stands
+in the way so far, created (``useradd_argv``: a system account with a home and no login shell, its
+group train_group's, in those of the wanted supplementary groups that exist); what the account
 must reach, checked as the account (``access_as``); then, only when nothing stands in the way, the
 listener of preflight's reachability check (first node; ``_train_listener``), the account's
 directories (``ensure_directory``: changed only when created or when owner or mode differ) and,
@@ -38,6 +39,7 @@ from ansible_collections.multinode.training.plugins.module_utils._train_security
 )
 
 MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
+NOLOGIN = "/usr/sbin/nologin"
 
 
 def _why(path):
@@ -118,6 +120,39 @@ def account_problem(user, group, exists, group_exists, create):
             "(empty train_user: the role creates mtrain)" % (user, group or ""))
 
 
+def useradd_argv(useradd, user, group, groups, own_group_exists):
+    """The command that creates the job's account, as ansible.builtin.user does for ``system: true,
+    shell: /usr/sbin/nologin, create_home: true``: ``-g train_group`` when one is given, else the
+    account's own group - unless a group of that name exists already (``own_group_exists``), where
+    useradd would fail to create it: ``-N``, the default group, as ansible.builtin.user does; ``-G``
+    the supplementary groups (those that exist)."""
+    argv = [useradd]
+    if group:
+        argv += ["-g", group]
+    elif own_group_exists:
+        argv.append("-N")
+    if groups:
+        argv += ["-G", ",".join(groups)]
+    return argv + ["-s", NOLOGIN, "-m", "-r", user]
+
+
+def create_account(user, group, groups, run_command, get_bin_path):
+    """Create the job's account (``useradd_argv``) -> None, or why it could not be created."""
+    useradd = get_bin_path("useradd")
+    if not useradd:
+        return "no useradd on this node"
+    try:
+        grp.getgrnam(user)
+        own_group_exists = True
+    except KeyError:
+        own_group_exists = False
+    rc, out, err = run_command(useradd_argv(useradd, user, group, groups, own_group_exists))
+    if rc == 0:
+        return None
+    lines = (err or out or "").strip().splitlines()
+    return lines[-1].strip() if lines else "useradd exited %d" % rc
+
+
 def ensure_directory(path, uid, gid, mode, check_mode=False):
     """Like ansible.builtin.file state=directory with owner, group and mode -> changed (bool).
 
@@ -167,8 +202,8 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``)."""
     is_root = (os.geteuid() == 0) if is_root is None else is_root
     problems = []
-    result = dict(changed=False, access=[], problems=problems, account_missing=False, groups_present=[],
-                  directories=[], listener=None, probe=None)
+    result = dict(changed=False, access=[], problems=problems, account_missing=False, account_created=False,
+                  groups_present=[], directories=[], listener=None, probe=None)
     # 1. what needs no account: ssh's ports, the firewall tool
     text = ""
     try:
@@ -194,7 +229,8 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     except SecurityError as exc:
         result["firewall"] = {"enabled": False, "note": str(exc)}
         problems.append(str(exc))
-    # 2. the account (created by the role between two calls when missing)
+    # 2. the account; a missing one the role creates (``create``) is created here, only when nothing
+    # stood in the way so far (an existing account is never changed)
     account = None
     if p["user"]:
         exists, group_exists, account = lookup(p["user"], p["group"])
@@ -205,6 +241,16 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
         if p["user_groups"]:
             names = set(g.gr_name for g in grp.getgrall())
             result["groups_present"] = [g for g in p["user_groups"] if g in names]
+        if not exists and p["create"] and not problems:
+            result["changed"] = result["account_created"] = True
+            error = None if check_mode else create_account(p["user"], p["group"], result["groups_present"],
+                                                           run_command, get_bin_path)
+            if error:
+                result["changed"] = result["account_created"] = False
+                problems.append("train_user=%s (train_group=%s): cannot be created (%s); valid: a new account "
+                                "name, or an existing account and group" % (p["user"], p["group"] or "", error))
+            elif not check_mode:
+                exists, group_exists, account = lookup(p["user"], p["group"])
     # 3. what the account must reach: a path that does not exist at all is preflight's to report
     # (it names what is missing); here only what exists but the account cannot use.
     if account:

@@ -13,9 +13,11 @@ description:
   - Refuses a rendezvous port that is one of ssh's ports (C(Port) lines of O(sshd_config), 22 when there are
     none, and O(ssh_ports)); finds C(nft) and C(iptables), tries the job's nftables rule in nft's check mode
     (C(nft -c)) and decides whether this node guards the rendezvous port (O(firewall)).
-  - Resolves the job's account (uid, primary and supplementary groups, home). A missing account is not a
-    problem when the role creates it (O(create)) and its group exists; RV(account_missing) says so and
-    RV(groups_present) lists which of O(user_groups) exist, for the role's ansible.builtin.user task.
+  - Resolves the job's account (uid, primary and supplementary groups, home). A missing account is
+    created when O(create) is set, its group exists and nothing stood in the way so far - as
+    ansible.builtin.user creates a system account with a home and no login shell (C(useradd -r -m -s
+    /usr/sbin/nologin), C(-g) O(group), C(-G) those of O(user_groups) that exist; C(-N) where a group of
+    the account's name exists and O(group) is unset). An existing account is never changed.
   - Checks as that account - in a child process that switched to its uid, gid and groups - that it can
     execute, read, enter or write the given paths (the venv's python, the training code). A path that does
     not exist for the module's own user is left out (preflight reports it as missing).
@@ -39,11 +41,11 @@ options:
     description: Primary group (train_group); unset - the account's own.
     type: str
   create:
-    description: The role creates O(user) when it is missing (the play runs as root).
+    description: Create O(user) when it is missing (the role sets it when the play runs as root).
     type: bool
     default: false
   user_groups:
-    description: Supplementary groups wanted for a created account; RV(groups_present) says which exist.
+    description: Supplementary groups for a created account, those that exist (RV(groups_present)).
     type: list
     elements: str
     default: []
@@ -176,7 +178,11 @@ problems:
   type: list
   elements: str
 account_missing:
-  description: O(user) does not exist on this node (the role creates it when O(create)).
+  description: O(user) did not exist on this node when the call began.
+  returned: always
+  type: bool
+account_created:
+  description: O(user) was created by this call (in check mode - would be).
   returned: always
   type: bool
 groups_present:

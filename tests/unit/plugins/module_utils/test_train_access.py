@@ -72,12 +72,84 @@ def test_account_problem(exists, group_ok, create, group, fragment):
         assert "; valid: " in line
 
 
-def test_missing_account_to_create_is_no_problem_and_groups_present_are_listed():
+@pytest.mark.parametrize("group, own_group_exists, groups, expected", [
+    ("", False, [], ["-s", "/usr/sbin/nologin", "-m", "-r", "mtrain"]),
+    ("train", False, ["video", "render"], ["-g", "train", "-G", "video,render", "-s", "/usr/sbin/nologin", "-m",
+                                           "-r", "mtrain"]),
+    # a group named like the account exists: useradd would fail to create it (ansible.builtin.user: -N)
+    ("", True, ["video"], ["-N", "-G", "video", "-s", "/usr/sbin/nologin", "-m", "-r", "mtrain"]),
+    ("train", True, [], ["-g", "train", "-s", "/usr/sbin/nologin", "-m", "-r", "mtrain"]),
+])
+def test_useradd_argv(group, own_group_exists, groups, expected):
+    assert acc.useradd_argv("/usr/sbin/useradd", "mtrain", group, groups, own_group_exists) == \
+        ["/usr/sbin/useradd"] + expected
+
+
+REAL_LOOKUP = acc.lookup
+
+
+class FakeAccounts:
+    """``lookup`` of a node where the account appears once useradd ran (then: this test's own account);
+    records the commands."""
+
+    def __init__(self, rc=0, err=""):
+        self.created, self.ran, self.rc, self.err = False, [], rc, err
+
+    def lookup(self, user, group):
+        if not self.created:
+            return False, True, None
+        return REAL_LOOKUP(ME, group)
+
+    def run(self, argv, **_kw):
+        self.ran.append(argv)
+        self.created = self.rc == 0
+        return self.rc, "", self.err
+
+
+def test_a_missing_account_is_created_then_checked_and_given_its_directories(tmp_path, monkeypatch):
+    fake = FakeAccounts()
+    monkeypatch.setattr(acc, "lookup", fake.lookup)
+    target = tmp_path / "logs"
     out = acc.access(params(user="no-such-user-xyz", create=True, user_groups=[MY_GROUP, "no-such-group-xyz"],
-                            directories=[{"path": "/nonexistent/dir"}]), no_run, no_bin, is_root=False)
-    assert out["problems"] == [] and out["account_missing"] is True
+                            directories=[{"path": str(target)}]), fake.run, lambda name: "/usr/sbin/" + name,
+                     is_root=False)
+    assert out["problems"] == [] and out["account_missing"] is True and out["account_created"] is True
     assert out["groups_present"] == [MY_GROUP]
-    assert out["directories"] == []    # made by the second call, after the account exists
+    assert fake.ran == [["/usr/sbin/useradd", "-G", MY_GROUP, "-s", "/usr/sbin/nologin", "-m", "-r",
+                         "no-such-user-xyz"]]
+    # then, in the same call, as the account now found: its directories
+    assert target.is_dir() and out["changed"] is True and out["account"]["name"] == ME
+
+
+def test_an_account_that_cannot_be_created_is_a_problem_and_nothing_is_made(tmp_path, monkeypatch):
+    fake = FakeAccounts(rc=4, err="useradd: UID 999 is not unique\n")
+    monkeypatch.setattr(acc, "lookup", fake.lookup)
+    target = tmp_path / "logs"
+    out = acc.access(params(user="trainer2", create=True, directories=[{"path": str(target)}]), fake.run,
+                     lambda name: "/usr/sbin/" + name, is_root=False)
+    assert out["problems"] == ["train_user=trainer2 (train_group=): cannot be created (useradd: UID 999 is not "
+                               "unique); valid: a new account name, or an existing account and group"]
+    assert out["account_created"] is False and out["changed"] is False and not target.exists()
+    without = acc.access(params(user="trainer2", create=True), no_run, no_bin, is_root=False)
+    assert without["problems"][0].endswith("cannot be created (no useradd on this node); valid: a new account "
+                                           "name, or an existing account and group")
+
+
+def test_check_mode_creates_no_account_and_makes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(acc, "lookup", FakeAccounts().lookup)
+    target = tmp_path / "logs"
+    out = acc.access(params(user="trainer2", create=True, directories=[{"path": str(target)}]), no_run, no_bin,
+                     check_mode=True, is_root=False)
+    assert out["problems"] == [] and out["account_created"] is True and out["changed"] is True
+    assert not target.exists()
+
+
+def test_no_account_is_created_where_something_stands_in_the_way(monkeypatch):
+    """A port that collides with ssh: refused before the account is created (nothing half-made)."""
+    monkeypatch.setattr(acc, "lookup", FakeAccounts().lookup)
+    out = acc.access(params(user="trainer2", create=True, port=22), no_run, no_bin, is_root=False)
+    assert len(out["problems"]) == 1 and "collides with ssh" in out["problems"][0]
+    assert out["account_missing"] is True and out["account_created"] is False
 
 
 # ------------------------------------------------------------------ order: refusals change nothing
