@@ -1,12 +1,13 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters: the root cause of a failed job across its nodes (train_root_cause.yml) and the play's report of a
-finished job (train_report.yml); the logic is plugins/module_utils/_torchrun.py."""
+"""Filters: the root cause of a failed job across its nodes (train_root_cause.yml), the play's report of a
+finished job (train_report.yml) and whether a launch ended the usual way (train_all_home.yml); the logic is
+plugins/module_utils/_torchrun.py."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import cross_node_root_cause, job_report
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import all_home, cross_node_root_cause, job_report
 
 
 def train_root_cause(results, node_errors=None):
@@ -29,8 +30,19 @@ def train_report(results, hosts, failed_nodes=None, node_errors=None, job_id="",
                       log_dir, lost_timeout, nnodes)
 
 
+def train_all_home(results, hosts, failed_nodes=None):
+    """{node: torchrun result} + the play's hosts + the failed nodes -> True when no node failed and every
+    node's logs came home with the wait."""
+    if not isinstance(results, dict) or not isinstance(hosts, (list, tuple)) or \
+            not isinstance(failed_nodes or [], (list, tuple)):
+        raise AnsibleFilterError("train_all_home expects {node: result}, a list of hosts and a list of failed "
+                                 "nodes, got %s, %s and %s" % (type(results).__name__, type(hosts).__name__,
+                                                               type(failed_nodes).__name__))
+    return all_home(results, hosts, failed_nodes or [])
+
+
 class FilterModule:
     """multinode.training job report filter."""
 
     def filters(self):
-        return {"train_root_cause": train_root_cause, "train_report": train_report}
+        return {"train_root_cause": train_root_cause, "train_report": train_report, "train_all_home": train_all_home}

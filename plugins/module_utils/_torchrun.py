@@ -461,6 +461,18 @@ def _first(values, empty):
     return empty
 
 
+def all_home(results, hosts, failed_nodes=()):
+    """The usual end of a launch (roles/train/tasks/job.yml): no node failed and the wait brought every
+    node's job directory home with its result (``collected``) -> True; then nothing is left to stop or
+    collect. False for no hosts, a node without a result (unreachable, never waited on) or one whose logs
+    the wait did not bring (collected false: the collect fallback fetches them)."""
+    hosts = list(hosts or [])
+    if not hosts or list(failed_nodes or []):
+        return False
+    results = results or {}
+    return all(isinstance(results.get(host), dict) and results[host].get("collected") is True for host in hosts)
+
+
 def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
                lost_timeout=10, nnodes=""):
     """The play's report of a finished job (roles/train/tasks/report.yml) from every node's result of

@@ -242,15 +242,15 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
             names = set(g.gr_name for g in grp.getgrall())
             result["groups_present"] = [g for g in p["user_groups"] if g in names]
         if not exists and p["create"] and not problems:
-            result["changed"] = result["account_created"] = True
             error = None if check_mode else create_account(p["user"], p["group"], result["groups_present"],
                                                            run_command, get_bin_path)
             if error:
-                result["changed"] = result["account_created"] = False
                 problems.append("train_user=%s (train_group=%s): cannot be created (%s); valid: a new account "
                                 "name, or an existing account and group" % (p["user"], p["group"] or "", error))
-            elif not check_mode:
-                exists, group_exists, account = lookup(p["user"], p["group"])
+            else:
+                result["changed"] = result["account_created"] = True
+                if not check_mode:
+                    exists, group_exists, account = lookup(p["user"], p["group"])
     # 3. what the account must reach: a path that does not exist at all is preflight's to report
     # (it names what is missing); here only what exists but the account cannot use.
     if account:

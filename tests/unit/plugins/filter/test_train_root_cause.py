@@ -116,3 +116,28 @@ def test_report_a_lost_node_is_named_lost_not_by_its_connection_error():
 def test_report_refuses_what_is_not_a_result_map():
     with pytest.raises(AnsibleFilterError, match="train_report expects"):
         train_report(["node1"], ["node1"])
+
+
+from ansible_collections.multinode.training.plugins.filter.train_root_cause import train_all_home  # noqa: E402
+
+
+def test_all_home_only_when_no_node_failed_and_every_node_s_logs_came_home():
+    home = {"collected": True, "rc": 0}
+    hosts = ["n1", "n2", "n3"]
+    assert train_all_home({"n1": home, "n2": home, "n3": home}, hosts) is True
+    # a failed node, even with its logs home: stop and report the failure
+    assert train_all_home({"n1": home, "n2": home, "n3": home}, hosts, ["n2"]) is False
+    # a node whose logs the wait did not bring (the collect fallback), or without a result (unreachable)
+    assert train_all_home({"n1": home, "n2": {"collected": False, "collect_error": "x"}, "n3": home}, hosts) is False
+    assert train_all_home({"n1": home, "n2": {}, "n3": home}, hosts) is False
+    assert train_all_home({"n1": home, "n3": home}, hosts) is False
+    # "collected" must be true itself, not merely present
+    assert train_all_home({"n1": home, "n2": {"collected": "yes"}, "n3": home}, hosts) is False
+    assert train_all_home({}, []) is False
+
+
+def test_all_home_refuses_what_is_not_a_result_map():
+    with pytest.raises(AnsibleFilterError, match="train_all_home expects"):
+        train_all_home(["n1"], ["n1"])
+    with pytest.raises(AnsibleFilterError, match="train_all_home expects"):
+        train_all_home({}, "n1")
