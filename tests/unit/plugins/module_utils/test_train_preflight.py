@@ -67,6 +67,48 @@ def test_env_probe_source_is_the_file_and_prints_the_probe():
     assert rc == 0 and json.loads(out) == _train_env_probe.probe()
 
 
+def test_env_probe_reads_the_packages_importlib_metadata_reads():
+    """The probe reads dist-info headers itself (no importlib.metadata import on the nodes): the same
+    name==version set and versions as importlib.metadata, on this interpreter's installed packages."""
+    from importlib import metadata
+    assert _train_env_probe.probe()["packages"] == \
+        sorted({"%s==%s" % (dist.metadata["Name"], dist.version) for dist in metadata.distributions()})
+    for name in ("pytest", "ansible-core", "jinja2", "PyYAML"):
+        assert _train_env_probe.version(name) == metadata.version(name)
+    assert _train_env_probe.version("no-such-project-xyz") is None
+
+
+def _dist(folder, dirname, name, version, record=None):
+    path = folder / dirname
+    path.mkdir(parents=True)
+    if name is not None:
+        (path / ("METADATA" if dirname.endswith(".dist-info") else "PKG-INFO")).write_text(
+            "Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: x\n\nName: not-a-header\n" % (name, version))
+    if record is not None:
+        (path / "RECORD").write_text("".join("%s,sha256=x,1\n" % line for line in record))
+
+
+def test_env_probe_first_on_sys_path_wins_names_normalized_ops_from_record(tmp_path, monkeypatch):
+    from importlib import metadata
+    first, second = tmp_path / "first", tmp_path / "second"
+    _dist(first, "DeepSpeed-0.19.8.dist-info", "deepspeed", "0.19.8",
+          record=["deepspeed/ops/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so", "deepspeed/__init__.py",
+                  '"deepspeed/ops/comm/shm,odd/deepspeed_shm_comm_op.so"', "deepspeed/lib/not_an_op.so"])
+    _dist(second, "deepspeed-0.18.0.dist-info", "deepspeed", "0.18.0")       # shadowed by the first
+    _dist(second, "Foo.Bar-1.0.egg-info", "Foo.Bar", "1.0")
+    _dist(second, "broken-0.1.dist-info", None, None)                       # no METADATA
+    (second / "plain-2.0.egg-info").write_text("Metadata-Version: 1.1\nName: plain\nVersion: 2.0\n")
+    monkeypatch.setattr(sys, "path", [str(first), str(tmp_path / "missing"), str(second)])
+    out = _train_env_probe.probe()
+    assert out["deepspeed"] == "0.19.8" and out["torch"] is None
+    assert out["ops"] == ["cpu_adam_op", "deepspeed_shm_comm_op"]
+    assert out["packages"] == sorted({"%s==%s" % (d.metadata["Name"], d.version) for d in metadata.distributions()})
+    assert out["packages"] == ["Foo.Bar==1.0", "None==None", "deepspeed==0.18.0", "deepspeed==0.19.8",
+                               "plain==2.0"]
+    assert _train_env_probe.version("foo-bar") == metadata.version("foo-bar") == "1.0"
+    assert _train_env_probe.version("Plain") == "2.0"
+
+
 def node(torch="2.13.0+cpu", deepspeed="0.19.8", ops=("cpu_adam_op",), packages=("torch==2.13.0+cpu",),
          sha="a" * 64, script_exists=True, executable=True, chdir=None, env_files=()):
     return {"python": {"path": "/v/bin/python", "executable": executable},
