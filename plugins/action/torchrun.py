@@ -1,6 +1,8 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Action for multinode.training.torchrun: with follow=true and state=finished, wait until the job ended.
+"""Action for multinode.training.torchrun: with follow=true and state=finished, wait until the job ended;
+with follow=true and state=started, start the job, then wait for it the same way (one task, one worker per
+node for the start and the wait).
 
 Each call is one long poll on the node (O(state=finished) with O(follow_limit)): it renews the job's
 controller lease (``<job dir>/lease``, watched by the node's watcher) once, then waits on the node
@@ -39,7 +41,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import unpack_job_archive
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import WATCHER, next_window
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import WATCHER, next_window, wait_args
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, run_module
 
 display = Display()
@@ -59,9 +61,29 @@ class ActionModule(ActionBase):
         follow = args.pop("follow", False)
         poll = float(args.pop("poll", 10) or 10)
         collect_to = args.pop("collect_to", None)
-        if not (follow and args.get("state", "finished") == "finished") or self._task.check_mode:
+        state = args.get("state", "finished")
+        if not (follow and state in ("started", "finished")) or self._task.check_mode:
             result.update(run_module(self, MODULE, ENTRY, args, task_vars))
             return result
+        if state == "started":
+            result.update(self._start_and_follow(args, poll, collect_to, task_vars))
+        else:
+            result.update(self._follow(args, poll, collect_to, task_vars))
+        return result
+
+    def _start_and_follow(self, args, poll, collect_to, task_vars):
+        """O(state=started) with O(follow): start, then wait in the same task -> the start's result where it
+        failed or left no running job, else the wait's (changed: the task started the job)."""
+        started = run_module(self, MODULE, ENTRY, args, task_vars)
+        if started.get("failed") or started.get("skipped") or "pid" not in started:
+            return started
+        waited = self._follow(wait_args(args), poll, collect_to, task_vars)
+        waited["changed"] = bool(started.get("changed")) or bool(waited.get("changed"))
+        return waited
+
+    def _follow(self, args, poll, collect_to, task_vars):
+        """The long polls of O(state=finished) with O(follow) -> the task's result."""
+        result = {}
         host = task_vars.get("inventory_hostname") if task_vars else None
         if collect_to:
             args["archive"] = os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR,

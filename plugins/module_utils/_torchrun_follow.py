@@ -119,6 +119,17 @@ def add_watch_state(job_dir, result):
     return result
 
 
+def wait_args(args):
+    """The arguments of a start (O(state=started)) -> those of the long polls that wait for that job in the
+    same task (``follow``: O(state=finished) of the same job id in the same log directory, with its timeout
+    and stop grace)."""
+    waited = {"state": "finished", "job_id": args.get("job_id") or args.get("rdzv_id")}
+    for key in ("log_dir", "timeout", "stop_grace"):
+        if args.get(key) is not None:
+            waited[key] = args[key]
+    return waited
+
+
 def next_window(now, next_print, longest, first=False):
     """The controller's next long-poll window: up to the next progress line (``next_print``), at most
     ``longest`` s, at least 1 s; the first call is short, so that a progress line comes early."""

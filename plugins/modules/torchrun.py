@@ -186,6 +186,9 @@ options:
       - With O(state=finished), poll the node with O(state=status) until the job ended, printing a progress line
         on the controller every O(poll) seconds, then return the result (the action plugin does the loop; each
         poll renews the lease).
+      - With O(state=started), start the job, then wait for it the same way in the same task (the job's
+        O(job_id) or O(rdzv_id), O(log_dir), O(timeout), O(stop_grace)); a start that fails, or does not leave
+        a running job, is the task's result.
     type: bool
     default: false
   poll:

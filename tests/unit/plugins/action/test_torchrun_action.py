@@ -1,0 +1,68 @@
+"""The torchrun action's start-then-wait (O(state=started) with O(follow), the launch's one task per node):
+the start's own result where it failed or left no job, else the wait on that job (plugins/action/torchrun.py,
+_torchrun_follow.wait_args)."""
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.action import torchrun as action
+from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as fol
+
+START = {"state": "started", "script": "/c/train.py", "args": ["--steps", "2"], "nnodes": "2", "rdzv_id": "job-1",
+         "rdzv_endpoint": "10.0.0.1:29400", "log_dir": "/var/log/mt", "timeout": 600, "stop_grace": 5,
+         "env": {"HF_TOKEN": "secret"}, "watch": {"hub": True}}
+
+
+class _Action(object):
+    """What _start_and_follow asks of the action: the follow loop (recorded, answering ``waited``)."""
+
+    def __init__(self, waited):
+        self.waited = waited
+        self.followed = []
+
+    def _follow(self, args, poll, collect_to, task_vars):
+        self.followed.append((args, poll, collect_to))
+        return dict(self.waited)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    made = []
+
+    def answer(started):
+        def run_module(_action, module, entry, args, task_vars):
+            made.append((module, args))
+            return dict(started)
+        monkeypatch.setattr(action, "run_module", run_module)
+        return made
+    return answer
+
+
+def test_a_started_job_is_waited_for_in_the_same_task(calls):
+    made = calls({"changed": True, "pid": 42, "job_dir": "/var/log/mt/job-1"})
+    node = _Action({"changed": False, "rc": 0, "done": True, "collected": True})
+    out = action.ActionModule._start_and_follow(node, dict(START), 15.0, "/runs/job-1/n1", {})
+    assert made == [("multinode.training.torchrun", START)]
+    # the wait: the same job, log directory, timeout and stop grace - nothing of the start's job options
+    assert node.followed == [({"state": "finished", "job_id": "job-1", "log_dir": "/var/log/mt", "timeout": 600,
+                               "stop_grace": 5}, 15.0, "/runs/job-1/n1")]
+    assert out == {"changed": True, "rc": 0, "done": True, "collected": True}
+
+
+@pytest.mark.parametrize("started", [
+    {"failed": True, "msg": "chdir /nope is not a directory on n1"},
+    {"failed": True, "msg": "job id job-1 was used before on n1", "pid": 7},
+    {"skipped": True},
+    {"changed": False, "msg": "no pid: nothing runs"},
+])
+def test_a_start_that_failed_or_left_no_job_is_the_task_s_result(calls, started):
+    calls(started)
+    node = _Action({"changed": False, "done": True})
+    assert action.ActionModule._start_and_follow(node, dict(START), 15.0, None, {}) == started
+    assert node.followed == []
+
+
+def test_wait_args_take_the_job_id_over_the_rendezvous_id_and_leave_out_what_is_unset():
+    assert fol.wait_args(dict(START, job_id="job-2", timeout=None)) == {
+        "state": "finished", "job_id": "job-2", "log_dir": "/var/log/mt", "stop_grace": 5}
+    assert fol.wait_args({"rdzv_id": "r"}) == {"state": "finished", "job_id": "r"}
