@@ -16,8 +16,9 @@ stop the job when the lease runs out.
 Only the call that finishes runs the module's logic (and the first one, where the host's python is
 not known before it); where it can, that is a light call too (plugins/plugin_utils/_light_exec.py:
 the module_utils on the node's python, without Ansible's module machinery), as are the start and the
-stop. The other polls run the job directory's watcher file, ``python mt_watch.py follow
-<job dir> <window>`` (standard library): the same lease renewal and progress for a python start-up
+stop. The other polls run the job directory's watcher file, ``mt_watch.py follow <job dir>
+<window>`` (standard library), with the rights of the file's owner (the job's account, whose
+directory it is: never as root; _torchrun_follow.LIGHT_LOADER): the same lease renewal and progress for a python start-up
 instead of Ansible's module machinery (about 0.3 CPU-seconds per call on the node, times every node,
 taken from the job's own CPUs). It returns early when the module must look (the job ended there, its
 supervisor is gone, its deadline passed, its workers succeeded); the module then decides and
@@ -41,14 +42,24 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import unpack_job_archive
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import WATCHER, next_window, wait_args
-from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, run_module
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import (
+    light_poll_argv,
+    next_window,
+    started_line,
+    wait_args,
+)
+from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, prepare, run_module
 
 display = Display()
 MODULE = "multinode.training.torchrun"
 ENTRY = "ansible_collections.multinode.training.plugins.module_utils._torchrun_job"
-# Longest long poll: ansible-playbook's death is noticed within this (plus one round trip).
-LONGEST_WINDOW = 10.0
+# Imported by ansible-playbook before it forks the workers: they inherit the entry's import and sources.
+prepare(ENTRY)
+# Longest long poll. A window ends at the next progress line anyway (train_progress_interval, 15 s by
+# default: one poll per line) and the node clamps it to a third of the lease. The lease is renewed at
+# the start of a poll, so the window does not delay the nodes' end of a job whose ansible-playbook was
+# killed; it only bounds how long the orphaned worker lingers.
+LONGEST_WINDOW = 30.0
 DEFAULT_LOG_DIR = "/var/log/multinode-training"
 
 
@@ -77,12 +88,17 @@ class ActionModule(ActionBase):
         started = run_module(self, MODULE, ENTRY, args, task_vars)
         if started.get("failed") or started.get("skipped") or "pid" not in started:
             return started
-        waited = self._follow(wait_args(args), poll, collect_to, task_vars)
+        # The first progress line comes from the start's answer: no short first poll on every node.
+        display.display("[%s] %s" % (task_vars.get("inventory_hostname") if task_vars else None,
+                                     started_line(started, args.get("nproc_per_node"))))
+        waited = self._follow(wait_args(args), poll, collect_to, task_vars, first=False)
         waited["changed"] = bool(started.get("changed")) or bool(waited.get("changed"))
         return waited
 
-    def _follow(self, args, poll, collect_to, task_vars):
-        """The long polls of O(state=finished) with O(follow) -> the task's result."""
+    def _follow(self, args, poll, collect_to, task_vars, first=True):
+        """The long polls of O(state=finished) with O(follow) -> the task's result. ``first``: the first
+        window is short and its progress printed (an attach); else the start printed the first line and
+        the first window runs up to the next one."""
         result = {}
         host = task_vars.get("inventory_hostname") if task_vars else None
         if collect_to:
@@ -90,8 +106,7 @@ class ActionModule(ActionBase):
                                            "%s.%s.logs.tgz" % (args.get("job_id") or args.get("rdzv_id"), host))
         parent = os.getppid()
         try:
-            next_print = time.time()
-            first = True
+            next_print = time.time() + (0 if first else poll)
             answerless = False
             # [python, mt_watch.py, follow, job dir]: from the host's python (known after the facts), else
             # from the first module call's answer
@@ -132,8 +147,7 @@ class ActionModule(ActionBase):
                 if polled.get("done"):
                     break
                 if not light and polled.get("interpreter") and polled.get("job_dir"):
-                    light = [polled["interpreter"], os.path.join(polled["job_dir"], WATCHER), "follow",
-                             polled["job_dir"]]
+                    light = light_poll_argv(polled["interpreter"], polled["job_dir"])
                 next_print = self._progress(host, polled, next_print, poll)
             packed = polled.pop("archive", None)
             result.update(polled)
@@ -162,8 +176,7 @@ class ActionModule(ActionBase):
         job_id = args.get("job_id") or args.get("rdzv_id")
         if not python or not job_id:
             return None
-        job_dir = os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR, str(job_id))
-        return [python, os.path.join(job_dir, WATCHER), "follow", job_dir]
+        return light_poll_argv(python, os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR, str(job_id)))
 
     def _light_poll(self, light, window):
         """One ``mt_watch.py follow`` poll on the node -> its JSON answer, None where it cannot run: the

@@ -239,9 +239,13 @@ def run(payload, answer=None):
     return answer
 
 
-def main(blob):
+def main(blob, sources=None):
     """The node's side: one JSON line on stdout (exit code 0, failed or not; 1 for a crash, whose
-    traceback goes to stderr as a module's would)."""
-    answer = run(unpack(blob))
+    traceback goes to stderr as a module's would). ``sources``: the payload's sources packed apart
+    (the controller packs them once per entry, not once per call)."""
+    payload = unpack(blob)
+    if sources is not None:
+        payload["sources"] = unpack(sources)
+    answer = run(payload)
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()

@@ -28,6 +28,37 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch
 
 RANK_WRAPPER = "mt_rank.py"
 WATCHER = "mt_watch.py"
+# The controller's light polls (``light_poll_argv``) run the job directory's watcher file through
+# this loader, never as ``python <job dir>/mt_watch.py``. The job's account owns the job directory
+# and could replace any file in it (or put a ``json.py`` beside the watcher, first on sys.path): run
+# as the play's become user, that would be its code as root. The loader opens the file without
+# following a link, and runs it with the rights of the file's owner - root drops to the account
+# whose file it is (no supplementary groups); anyone else runs only their own file or root's - in
+# isolated mode (-I: no script directory, current directory or PYTHON* variables on the path). A
+# root-owned file that others may write or with another name (a hard link the account made to it),
+# a symbolic link or someone else's file ends the poll with rc 3
+# (the action goes on with module calls, which run no file of the job directory).
+LIGHT_LOADER = """import os, sys
+path = sys.argv[1]
+try:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    st = os.fstat(fd)
+except OSError as exc:
+    print("refused %s: %s" % (path, exc), file=sys.stderr)
+    sys.exit(3)
+if os.geteuid() == 0 and st.st_uid != 0:
+    os.setgroups([])
+    os.setgid(st.st_gid)
+    os.setuid(st.st_uid)
+elif st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022 or st.st_nlink != 1:
+    print("refused %s: owner uid %d, mode %o, %d link(s)" % (path, st.st_uid, st.st_mode & 0o7777, st.st_nlink),
+          file=sys.stderr)
+    sys.exit(3)
+with os.fdopen(fd, "rb") as handle:
+    code = compile(handle.read(), path, "exec")
+sys.argv = sys.argv[1:]
+exec(code, {"__name__": "__main__", "__file__": path})
+"""
 
 
 def watch_conf(params, job_id, host):
@@ -130,12 +161,28 @@ def wait_args(args):
     return waited
 
 
+def light_poll_argv(python, job_dir):
+    """The argv of a light poll (``mt_watch.py follow <job dir>``, the window appended) through
+    LIGHT_LOADER: with the rights of the watcher file's owner, never as root for the account's file."""
+    return [python, "-I", "-c", LIGHT_LOADER, os.path.join(job_dir, WATCHER), "follow", job_dir]
+
+
 def next_window(now, next_print, longest, first=False):
     """The controller's next long-poll window: up to the next progress line (``next_print``), at most
-    ``longest`` s, at least 1 s; the first call is short, so that a progress line comes early."""
+    ``longest`` s, at least 1 s; the first call of an attach is short, so that a progress line comes
+    early (a launch prints ``started_line`` instead, with no poll)."""
     if first:
         return 1.0
     return max(1.0, min(float(longest), next_print - now))
+
+
+def started_line(started, nproc_per_node=None):
+    """The progress line of a start that the same task waits for (O(state=started) with O(follow)),
+    printed from the start's own answer: the launch's first line, with no poll for it."""
+    ranks = started.get("nproc_per_node") or nproc_per_node
+    return "%s: started, pid %s%s, logs in %s" % (
+        started.get("job_id"), started.get("pid"),
+        (", %s local rank(s)" % ranks) if ranks else "", started.get("job_dir"))
 
 
 def status(job_id, job_dir, job, renew=True, now=None):

@@ -222,8 +222,10 @@ def supervisor_argv(python, job_dir, job_id, timeout, grace, cwd, argv):
 
 def keeper_argv(python, nft, pid, result_file, ttl, refresh, delete):
     """The firewall keeper's command line. It runs as root: its code comes from the module
-    (``-c``), never from the job directory, which the job's user may write."""
-    return [python, "-c", supervisor_source(), "keep", nft, str(pid), result_file, str(ttl), refresh, delete]
+    (``-c``), never from the job directory, which the job's user may write; isolated (``-I``): no
+    current directory or PYTHON* variable decides what it imports."""
+    return [python, "-I", "-c", supervisor_source(), "keep", nft, str(pid), result_file, str(ttl), refresh,
+            delete]
 
 
 def guarded_ports(argv, watch):

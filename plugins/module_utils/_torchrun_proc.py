@@ -20,12 +20,16 @@ from ansible_collections.multinode.training.plugins.module_utils import _torchru
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_supervisor import (
     GONE,
     alive,
+    carries_markers,
     find_job_processes,
+    job_markers,
     process_state,
     read_bytes,
+    read_environ,
 )
 
-__all__ = ["GONE", "alive", "describe", "find_job_processes", "process_state", "stop_job", "supervisor_source"]
+__all__ = ["GONE", "alive", "describe", "find_job_processes", "leads_the_job", "process_state", "stop_job",
+           "supervisor_source"]
 
 
 def supervisor_source():
@@ -50,12 +54,43 @@ def _signal(pid, sig, group=False):
         return False
 
 
+def leads_the_job(pgid, found, job_id, proc="/proc", job_dir=None, settle=1.0):
+    """Whether the process ``pgid`` (a group leader that job.json names) is one of the job's own:
+    in ``found`` (the scan), or carrying the job's markers. Right after an exec the kernel shows a
+    new process's environment empty for a moment (the scan missed it then): a live leader with an
+    empty environment is asked again for up to ``settle`` s."""
+    if pgid in found:
+        return True
+    markers = job_markers(job_id, job_dir)
+    deadline = time.time() + settle
+    while alive(pgid, proc):
+        environ = read_environ(pgid, proc)
+        if environ:
+            return carries_markers(environ, markers)
+        if time.time() >= deadline:
+            return False
+        time.sleep(0.02)
+    return False
+
+
 def stop_job(job_id, pgid=None, grace=15.0, proc="/proc", exclude=(), job_dir=None):
     """SIGTERM the job's process group (torchrun stops its workers), wait ``grace``, SIGKILL the rest.
 
     Returns ``(signalled pids, survivors)``; survivors is empty when nothing of the job is left.
+
+    ``pgid`` comes from job.json, which the job's account could rewrite (it owns the job directory):
+    the group is signalled only while its leader is one of the job's own processes (its marker in the
+    environment, which the account cannot put on anyone else's process), never a group that root's
+    stop was pointed at.
     """
     signalled = set(find_job_processes(job_id, proc, exclude, job_dir))
+    try:
+        pgid = int(pgid) if pgid else None
+    except (TypeError, ValueError):
+        pgid = None
+    if pgid and not leads_the_job(pgid, signalled, job_id, proc, job_dir):
+        pgid = None
+    # A leader the scan missed (right after its exec) but leads_the_job confirmed is still stopped.
     if not signalled and not pgid:
         return [], []
     if pgid:

@@ -104,6 +104,12 @@ def job_markers(job_id, job_dir=None):
     return markers
 
 
+def carries_markers(environ, markers):
+    """Whether ``environ`` (the bytes of /proc/<pid>/environ) holds every one of ``markers``."""
+    entries = environ.split(b"\0")
+    return all(marker in entries for marker in markers)
+
+
 def find_job_processes(job_id, proc="/proc", exclude=(), job_dir=None):
     """Live (non-zombie) pids whose environment carries MULTINODE_TRAINING_JOB=<job_id>.
 
@@ -121,8 +127,7 @@ def find_job_processes(job_id, proc="/proc", exclude=(), job_dir=None):
     for name in names:
         if not name.isdigit() or int(name) in skip:
             continue
-        environ = read_environ(name, proc).split(b"\0")
-        if all(marker in environ for marker in markers) and alive(name, proc):
+        if carries_markers(read_environ(name, proc), markers) and alive(name, proc):
             found.append(int(name))
     return sorted(found)
 

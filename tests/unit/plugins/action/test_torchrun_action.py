@@ -20,8 +20,8 @@ class _Action(object):
         self.waited = waited
         self.followed = []
 
-    def _follow(self, args, poll, collect_to, task_vars):
-        self.followed.append((args, poll, collect_to))
+    def _follow(self, args, poll, collect_to, task_vars, first=True):
+        self.followed.append((args, poll, collect_to, first))
         return dict(self.waited)
 
 
@@ -43,9 +43,10 @@ def test_a_started_job_is_waited_for_in_the_same_task(calls):
     node = _Action({"changed": False, "rc": 0, "done": True, "collected": True})
     out = action.ActionModule._start_and_follow(node, dict(START), 15.0, "/runs/job-1/n1", {})
     assert made == [("multinode.training.torchrun", START)]
-    # the wait: the same job, log directory, timeout and stop grace - nothing of the start's job options
+    # the wait: the same job, log directory, timeout and stop grace - nothing of the start's job options;
+    # not a short first poll (the start's answer made the first progress line)
     assert node.followed == [({"state": "finished", "job_id": "job-1", "log_dir": "/var/log/mt", "timeout": 600,
-                               "stop_grace": 5}, 15.0, "/runs/job-1/n1")]
+                               "stop_grace": 5}, 15.0, "/runs/job-1/n1", False)]
     assert out == {"changed": True, "rc": 0, "done": True, "collected": True}
 
 
@@ -66,3 +67,51 @@ def test_wait_args_take_the_job_id_over_the_rendezvous_id_and_leave_out_what_is_
     assert fol.wait_args(dict(START, job_id="job-2", timeout=None)) == {
         "state": "finished", "job_id": "job-2", "log_dir": "/var/log/mt", "stop_grace": 5}
     assert fol.wait_args({"rdzv_id": "r"}) == {"state": "finished", "job_id": "r"}
+
+
+def test_the_started_line_names_the_job_its_pid_ranks_and_logs():
+    started = {"changed": True, "job_id": "job-1", "pid": 42, "job_dir": "/var/log/mt/job-1", "nproc_per_node": 2}
+    assert fol.started_line(started) == "job-1: started, pid 42, 2 local rank(s), logs in /var/log/mt/job-1"
+    assert fol.started_line(dict(started, nproc_per_node=None), "4") == (
+        "job-1: started, pid 42, 4 local rank(s), logs in /var/log/mt/job-1")
+    assert fol.started_line(dict(started, nproc_per_node=None)) == "job-1: started, pid 42, logs in /var/log/mt/job-1"
+
+
+class _Polled(object):
+    """What _follow asks of the action, with light polls that answer from ``answers`` (recording the
+    windows asked for) and no node."""
+
+    _progress = staticmethod(action.ActionModule._progress)
+
+    def __init__(self, answers):
+        self.answers = list(answers)
+        self.windows = []
+
+        class _Shell(object):
+            tmpdir = None
+
+        class _Conn(object):
+            _shell = _Shell()
+        self._connection = _Conn()
+
+    def _light_argv(self, task_vars, args):
+        return ["python3", "/j/mt_watch.py", "follow", "/j"]
+
+    def _light_poll(self, light, window):
+        self.windows.append(window)
+        return self.answers.pop(0)
+
+    def _remove_tmp_path(self, path):
+        pass
+
+
+@pytest.mark.parametrize("first, windows", [
+    (True, [1.0, 15.0]),    # attach: a short first poll, whose progress is the first line
+    (False, [15.0, 15.0]),  # after a start (which printed the first line): up to the next line at once
+])
+def test_the_first_window_is_short_only_without_a_started_line(monkeypatch, first, windows):
+    monkeypatch.setattr(action, "run_module", lambda *a: {"done": True, "rc": 0})
+    node = _Polled([{"progress": "p", "attention": None}, {"progress": "p", "attention": "ended"}])
+    assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}, first=first) == {
+        "done": True, "rc": 0}
+    assert [round(w) for w in node.windows] == windows

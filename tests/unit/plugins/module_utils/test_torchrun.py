@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -377,6 +379,72 @@ def test_stop_job_kills_everything_and_reports(tmp_path):
     popen.wait(timeout=10)
     assert len(killed) == 3 and survivors == []
     assert proc.find_job_processes(job_id) == []
+
+
+def test_stop_job_signals_no_group_whose_leader_is_not_the_job_s(tmp_path):
+    """job.json's pgid is the account's to rewrite: pointed at a process group outside the job, the
+    stop leaves that group alone and still stops the job's own processes."""
+    job_id = "stopg-%d" % os.getpid()
+    outsider = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    popen, job_dir = _supervise(tmp_path, job_id, 0, [sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        deadline = time.time() + 10
+        while len(proc.find_job_processes(job_id, job_dir=job_dir)) < 2 and time.time() < deadline:
+            time.sleep(0.1)
+        assert proc.stop_job(job_id, pgid="not a pid", grace=0.5, job_dir=job_dir + "-none") == ([], [])
+        killed, survivors = proc.stop_job(job_id, pgid=outsider.pid, grace=0.5, job_dir=job_dir)
+        popen.wait(timeout=10)
+        assert outsider.poll() is None, "a process group outside the job was signalled"
+        assert outsider.pid not in killed
+        assert len(killed) == 2 and survivors == []
+    finally:
+        outsider.kill()
+        outsider.wait(timeout=10)
+
+
+def _fake_proc(tmp_path, pid, environ):
+    root = tmp_path / "proc"
+    (root / str(pid)).mkdir(parents=True)
+    (root / str(pid) / "stat").write_bytes(b"%d (python) S 1 %d %d" % (pid, pid, pid))
+    (root / str(pid) / "environ").write_bytes(environ)
+    return root
+
+
+def test_leads_the_job_waits_out_the_empty_environment_right_after_an_exec(tmp_path):
+    root = _fake_proc(tmp_path, 4242, b"")
+    marked = b"MULTINODE_TRAINING_JOB=j1\0MULTINODE_TRAINING_JOB_DIR=/logs/j1\0"
+    timer = threading.Timer(0.2, lambda: (root / "4242" / "environ").write_bytes(marked))
+    timer.start()
+    try:
+        assert proc.leads_the_job(4242, [], "j1", str(root), "/logs/j1", settle=5.0)
+    finally:
+        timer.cancel()
+    # another process's environment, one that stays empty, a pid that is gone, the scan's own find
+    (root / "4242" / "environ").write_bytes(b"PATH=/usr/bin\0")
+    assert not proc.leads_the_job(4242, [], "j1", str(root), "/logs/j1")
+    (root / "4242" / "environ").write_bytes(b"")
+    began = time.time()
+    assert not proc.leads_the_job(4242, [], "j1", str(root), "/logs/j1", settle=0.3)
+    assert time.time() - began < 3
+    assert not proc.leads_the_job(4343, [], "j1", str(root), "/logs/j1")
+    assert proc.leads_the_job(4343, [4343], "j1", str(root), "/logs/j1")
+
+
+def test_stop_job_stops_a_leader_the_scan_missed_right_after_its_exec(tmp_path, monkeypatch):
+    """The scan finds nothing (the leader's environment still reads empty), leads_the_job then sees
+    the markers: the group is signalled, not left running."""
+    root = _fake_proc(tmp_path, 4242, b"")
+    marked = b"MULTINODE_TRAINING_JOB=j1\0MULTINODE_TRAINING_JOB_DIR=/logs/j1\0"
+    sent = []
+    monkeypatch.setattr(proc, "_signal", lambda pid, sig, group=False: sent.append((pid, sig, group)) or True)
+    timer = threading.Timer(0.2, lambda: (root / "4242" / "environ").write_bytes(marked))
+    timer.start()
+    try:
+        killed, survivors = proc.stop_job("j1", pgid=4242, grace=0.3, proc=str(root), job_dir="/logs/j1")
+    finally:
+        timer.cancel()
+    assert (4242, signal.SIGTERM, True) in sent
+    assert 4242 in killed and survivors == [4242]  # a fake process: it never goes away
 
 
 @pytest.mark.parametrize("env, message", [

@@ -201,8 +201,8 @@ def test_supervisor_and_keeper_argv():
                     "/venv/bin/python", "-m", "x"]
     keeper = job_mod.keeper_argv("/usr/bin/python3", "/usr/sbin/nft", 42, "/logs/j/result.json", 60, "r", "d")
     # root's keeper never runs a file of the job directory (its user may write there)
-    assert keeper[:2] == ["/usr/bin/python3", "-c"] and "def keep(" in keeper[2]
-    assert keeper[3:] == ["keep", "/usr/sbin/nft", "42", "/logs/j/result.json", "60", "r", "d"]
+    assert keeper[:3] == ["/usr/bin/python3", "-I", "-c"] and "def keep(" in keeper[3]
+    assert keeper[4:] == ["keep", "/usr/sbin/nft", "42", "/logs/j/result.json", "60", "r", "d"]
 
 
 def test_write_json_is_atomic_and_sets_mode(tmp_path):
@@ -231,15 +231,22 @@ def _start_supervisor(job_dir, job_id, argv, timeout=0):
         log.close()
 
 
+def _visible(popen, job_id, job_dir, limit=10.0):
+    """Wait until the scan sees the supervisor just started (right after an exec the kernel shows its
+    environment empty for a moment), for tests that date the job back past the spawn's settle time."""
+    deadline = time.time() + limit
+    while popen.pid not in sup.find_job_processes(job_id, job_dir=job_dir) and time.time() < deadline:
+        time.sleep(0.02)
+    assert popen.pid in sup.find_job_processes(job_id, job_dir=job_dir)
+
+
 def test_job_alive(tmp_path):
     job_dir = str(tmp_path / "alive")
     os.makedirs(job_dir)
     job_id = "alive-%d" % os.getpid()
     popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        deadline = time.time() + 10
-        while popen.pid not in sup.find_job_processes(job_id, job_dir=job_dir) and time.time() < deadline:
-            time.sleep(0.1)
+        _visible(popen, job_id, job_dir)
         assert job_mod.job_alive(popen.pid, job_id, job_dir)
         assert not job_mod.job_alive(popen.pid, job_id, job_dir + "-other")  # the pid is not this job's
         # a live pid without the marker counts only right after the spawn
@@ -288,6 +295,7 @@ def test_wait_for_end_gives_up_after_the_deadline(tmp_path):
     popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(120)"])
     try:
         # started long ago: timeout 1 + grace 1 + 30 s of slack are over
+        _visible(popen, job_id, job_dir)
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
         assert job_mod.wait_for_end(job_id, job_dir, job, 1, 1, 30, poll=0.1) == (True, False)
         popen.wait(timeout=20)

@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import shutil
 import sys
 import tarfile
 import threading
@@ -22,7 +23,7 @@ from ansible_collections.multinode.training.plugins.module_utils import _torchru
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_job as job_mod
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as watch
-from tests.unit.plugins.module_utils.test_torchrun_job import _start_supervisor, job_copy
+from tests.unit.plugins.module_utils.test_torchrun_job import _start_supervisor, _visible, job_copy
 
 
 # ------------------------------------------------------------------ windows
@@ -117,6 +118,7 @@ def test_follow_until_gives_up_after_the_deadline(tmp_path):
     job_id = "flate-%d" % os.getpid()
     popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(120)"])
     try:
+        _visible(popen, job_id, job_dir)
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
         assert job_mod.follow_until(job_id, job_dir, job, 10, 1, 1, 30, poll=0.1) == (True, True, False)
         popen.wait(timeout=20)
@@ -219,7 +221,9 @@ def _follow_cli(job_dir, window):
     """``mt_watch.py follow`` as the action runs it on the node: the watcher file, its own process."""
     import subprocess
 
-    out = subprocess.run([sys.executable, watch.__file__, "follow", job_dir, str(window)], check=True,
+    # as the controller runs it: the job directory's watcher file, through the loader
+    shutil.copy(watch.__file__, os.path.join(job_dir, fol.WATCHER))
+    out = subprocess.run(fol.light_poll_argv(sys.executable, job_dir) + [str(window)], check=True,
                          stdout=subprocess.PIPE, timeout=60).stdout.decode()
     return json.loads(out.strip().splitlines()[-1])
 
@@ -313,3 +317,81 @@ def test_stop_watcher_kills_only_this_jobs_watcher():
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+# ------------------------------------------------------------------ the light poll's loader
+
+SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+_WHO = "import json, os, sys; print(json.dumps([os.geteuid(), os.getegid(), os.getgroups(), sys.argv, sys.path]))"
+
+
+def _loader(path, *args, **kwargs):
+    import subprocess
+
+    # the system's python, as on a node (this venv's lies under root's home, closed to other users)
+    argv = [SYSTEM_PYTHON, "-I", "-c", fol.LIGHT_LOADER, path] + list(args)
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False, **kwargs)
+
+
+@pytest.fixture
+def shared_dir():
+    """A directory anyone may enter (tmp_path is root's 0700): the job directory of an account."""
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="mt-loader-")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def _script(directory, owner, mode=0o640, name=fol.WATCHER):
+    path = os.path.join(directory, name)
+    with open(path, "w") as handle:
+        handle.write(_WHO + "\n")
+    os.chmod(path, mode)
+    os.chown(path, owner, owner)
+    return path
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root (CI runs as root)")
+
+
+@root_only
+def test_the_loader_runs_the_account_s_file_with_the_account_s_rights_not_root_s(shared_dir):
+    """The job's account owns the job directory: its watcher file (which it could have replaced) runs
+    as that account, without root's groups, and neither its directory nor the current one is on the path
+    (a json.py planted beside it is not imported)."""
+    path = _script(shared_dir, 65534)
+    with open(os.path.join(shared_dir, "json.py"), "w") as handle:
+        handle.write("raise SystemExit('planted json imported')\n")
+    done = _loader(path, "follow", shared_dir, "1.0", cwd=shared_dir)
+    assert done.returncode == 0, done.stderr
+    euid, egid, groups, argv, path_list = json.loads(done.stdout.decode())
+    assert (euid, egid, groups) == (65534, 65534, [])
+    assert argv == [path, "follow", shared_dir, "1.0"]
+    assert shared_dir not in path_list and "" not in path_list
+
+
+@root_only
+def test_the_loader_runs_root_s_own_file_as_root(shared_dir):
+    done = _loader(_script(shared_dir, 0), "follow")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.decode())[0] == 0
+
+
+@root_only
+@pytest.mark.parametrize("case", ["link", "hard link", "writable by others", "another user's file"])
+def test_the_loader_refuses_what_could_run_someone_else_s_code(shared_dir, case):
+    if case in ("link", "hard link"):
+        target = _script(shared_dir, 0, name="elsewhere.py")
+        path = os.path.join(shared_dir, fol.WATCHER)
+        (os.symlink if case == "link" else os.link)(target, path)
+        done = _loader(path)
+    elif case == "writable by others":
+        done = _loader(_script(shared_dir, 0, mode=0o666))
+    else:  # a user other than root meets a third user's file
+        path = _script(shared_dir, 65533)
+        done = _loader(path, preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == b""
+    assert b"refused " in done.stderr

@@ -268,3 +268,26 @@ def test_a_secret_inside_a_longer_one_leaves_nothing_of_the_longer_one():
     assert _light.remove_values({"msg": "x abcdef", "n": 3, "l": ("abc",)}, ["abc", "abcdef", ""]) == \
         {"msg": "x ********", "n": 3, "l": ["********"]}
     assert _light.remove_values({"n": 3}, []) == {"n": 3}
+
+
+@pytest.mark.parametrize("entry", [ACCESS, TORCHRUN])
+def test_prepare_warms_the_process_once_for_every_call_after_it(entry):
+    """prepare (run when ansible-playbook imports the action, before it forks a worker per node):
+    the entry imported, its sources packed once; each call's script carries them as packed then,
+    beside its own arguments, and the node's python runs it (covered end to end above)."""
+    _light_exec._PACKED.pop(entry, None)
+    _light_exec.prepare(entry)
+    packed = _light_exec._PACKED[entry]
+    assert entry in sys.modules
+    assert _light.unpack(packed) == _light_exec.module_sources(entry)
+    text = _light_exec.script(entry, {"a": 1}, False, ["s3cret"], ["p"])
+    rest = {"entry": entry, "params": {"a": 1}, "paths": ["p"], "check_mode": False, "no_log_values": ["s3cret"]}
+    assert text.endswith("\n\nmain(%r, %r)\n" % (_light.pack(rest), packed))
+    assert _light_exec._PACKED[entry] is packed
+
+
+def test_the_light_actions_prepare_their_entry_on_import():
+    from ansible_collections.multinode.training.plugins.action import torchrun, train_access
+
+    for action in (torchrun, train_access):
+        assert action.ENTRY in _light_exec._PACKED
