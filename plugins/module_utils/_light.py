@@ -14,6 +14,11 @@ followed by a call of ``main`` with the module_utils sources and the validated a
 makes those sources importable under their usual names (``inspect.getsource`` works on them too:
 the torchrun module ships some of them into the job directory), builds a ``LightModule`` and calls
 the entry's ``run_module(module)``; the module's answer is one JSON line on stdout, as a module's.
+
+The controller also sends those sources compiled (``compile_source``, marshalled, with its Python's
+bytecode magic number): where the node's Python has the same magic, they run without being compiled
+again on every node (torchrun's sources: about 30 ms of a node's CPU per call); elsewhere the sources
+are compiled here, as before.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import base64
 import importlib
 import importlib.util
 import json
+import marshal
 import os
 import shutil
 import subprocess
@@ -131,12 +137,48 @@ class LightModule(object):
         return rc, out, err
 
 
+def origin(fullname):
+    """The file name a shipped module shows (``__file__``, tracebacks)."""
+    return ORIGIN + fullname.replace(".", "/") + ".py"
+
+
+def compile_source(fullname, source):
+    """A shipped module's code object: the same on the controller (``_light_exec.packed_code``) and
+    here (the compile flags are this file's on both sides)."""
+    return compile(source, origin(fullname), "exec")
+
+
+def magic():
+    """This Python's bytecode magic number: marshalled code runs only where it is the same."""
+    return importlib.util.MAGIC_NUMBER.hex()
+
+
+def pack_code(sources):
+    """``{dotted name: source}`` -> (magic, the code objects marshalled, zlib, base64)."""
+    code = dict((name, compile_source(name, source)) for name, source in sources.items())
+    return magic(), base64.b64encode(zlib.compress(marshal.dumps(code), 6)).decode("ascii")
+
+
+def unpack_code(packed):
+    """``pack_code``'s answer -> {dotted name: code object}; {} where this Python's magic differs (or
+    the blob does not read): the sources are compiled here then."""
+    if not packed or packed[0] != magic():
+        return {}
+    try:
+        code = marshal.loads(zlib.decompress(base64.b64decode(packed[1])))
+    except (ValueError, TypeError, EOFError, zlib.error):
+        return {}
+    return code if isinstance(code, dict) else {}
+
+
 class SourceImporter(object):
     """sys.meta_path finder and loader for ``{dotted name: source}``; the packages above them exist
-    empty. A module keeps its source for ``inspect.getsource`` (``get_source``)."""
+    empty. A module keeps its source for ``inspect.getsource`` (``get_source``). ``code``: {dotted
+    name: code object} compiled already (unpack_code), run instead of compiling the source."""
 
-    def __init__(self, sources):
+    def __init__(self, sources, code=None):
         self.sources = dict(sources)
+        self.code = dict(code or {})
         self.packages = set()
         for name in self.sources:
             parts = name.split(".")
@@ -154,7 +196,7 @@ class SourceImporter(object):
 
     @staticmethod
     def _origin(fullname):
-        return ORIGIN + fullname.replace(".", "/") + ".py"
+        return origin(fullname)
 
     def create_module(self, spec):
         return None
@@ -164,7 +206,10 @@ class SourceImporter(object):
         if name not in self.sources:
             return
         module.__file__ = self._origin(name)
-        exec(compile(self.sources[name], module.__file__, "exec"), module.__dict__)
+        code = self.code.get(name)
+        if code is None or code.co_filename != module.__file__:
+            code = compile_source(name, self.sources[name])
+        exec(code, module.__dict__)
 
     def get_source(self, fullname):
         return self.sources.get(fullname)
@@ -220,13 +265,13 @@ def unpack(blob):
     return json.loads(zlib.decompress(base64.b64decode(blob)).decode("utf-8"))
 
 
-def run(payload, answer=None):
+def run(payload, answer=None, code=None):
     """Run ``payload['entry']``'s ``run_module`` with a LightModule -> the answer dict.
 
     payload: sources ({dotted name: source}), entry (dotted name), params, paths (the path options,
-    expanded here), check_mode, no_log_values."""
+    expanded here), check_mode, no_log_values. ``code``: unpack_code's {dotted name: code object}."""
     answer = {} if answer is None else answer
-    sys.meta_path.insert(0, SourceImporter(payload["sources"]))
+    sys.meta_path.insert(0, SourceImporter(payload["sources"], code))
     readable_cwd()
     params = expand_paths(payload["params"], payload.get("paths") or ())
     module = LightModule(params, payload.get("check_mode"), payload.get("no_log_values") or (), answer)
@@ -239,13 +284,14 @@ def run(payload, answer=None):
     return answer
 
 
-def main(blob, sources=None):
+def main(blob, sources=None, code=None):
     """The node's side: one JSON line on stdout (exit code 0, failed or not; 1 for a crash, whose
     traceback goes to stderr as a module's would). ``sources``: the payload's sources packed apart
-    (the controller packs them once per entry, not once per call)."""
+    (the controller packs them once per entry, not once per call); ``code``: the same compiled
+    (pack_code), used where this Python's magic number is the controller's."""
     payload = unpack(blob)
     if sources is not None:
         payload["sources"] = unpack(sources)
-    answer = run(payload)
+    answer = run(payload, code=unpack_code(code))
     sys.stdout.write(json.dumps(answer) + "\n")
     sys.stdout.flush()

@@ -6,9 +6,11 @@ For the launch's module calls (train_access, torchrun): where it can, the action
 task's arguments here with Ansible's own ArgumentSpecValidator and the module's argument spec, then
 sends the node's python, on stdin, plugins/module_utils/_light.py followed by ``main(<payload>)``:
 the module_utils sources the entry imports (found by reading their imports, standard library only
-beyond them), the entry's name and the validated arguments. That costs the node a python start-up
-and the compile of those sources (about 0.05-0.1 CPU-seconds) instead of about 0.3 for a module
-call, on every node at once. The answer is the entry's one JSON line.
+beyond them), the entry's name and the validated arguments, and those sources compiled here (run
+as they are where the node's Python has this one's bytecode magic number, else compiled there).
+That costs the node a python start-up (plus the compile of those sources, about 0.03-0.05
+CPU-seconds for torchrun's, where the magic differs) instead of about 0.3 for a module call, on
+every node at once. The answer is the entry's one JSON line.
 
 ``light_python`` says where this cannot run, and the action makes the usual module call instead:
 no absolute python known for the host yet (ansible_python_interpreter, the one discovered - by the
@@ -32,6 +34,8 @@ from ansible_collections.multinode.training.plugins.module_utils import _light
 _SOURCES = {}
 # entry -> its sources, packed (_light.pack) once
 _PACKED = {}
+# entry -> its sources compiled, packed (_light.pack_code) once
+_CODE = {}
 _LIGHT_TEXT = []
 
 
@@ -113,6 +117,14 @@ def packed_sources(entry):
     return _PACKED[entry]
 
 
+def packed_code(entry):
+    """``module_sources(entry)`` compiled here and packed (_light.pack_code), with this Python's
+    bytecode magic number: once per process and entry."""
+    if entry not in _CODE:
+        _CODE[entry] = _light.pack_code(module_sources(entry))
+    return _CODE[entry]
+
+
 def light_text():
     """The source of _light.py (read once per process)."""
     if not _LIGHT_TEXT:
@@ -131,14 +143,17 @@ def prepare(entry):
     imported the action before a fork, the worker does the same work as before, once."""
     importlib.import_module(entry)
     packed_sources(entry)
+    packed_code(entry)
     light_text()
 
 
 def script(entry, params, check_mode=False, no_log_values=(), paths=()):
-    """The text the node's python reads on stdin: _light.py, then ``main(<payload>, <sources>)``."""
+    """The text the node's python reads on stdin: _light.py, then ``main(<payload>, <sources>,
+    <compiled sources>)``."""
     payload = {"entry": entry, "params": params, "paths": list(paths), "check_mode": bool(check_mode),
                "no_log_values": list(no_log_values)}
-    return "%s\n\nmain(%r, %r)\n" % (light_text(), _light.pack(payload), packed_sources(entry))
+    return "%s\n\nmain(%r, %r, %r)\n" % (light_text(), _light.pack(payload), packed_sources(entry),
+                                          packed_code(entry))
 
 
 def configured_python(task_vars):

@@ -282,7 +282,7 @@ def test_prepare_warms_the_process_once_for_every_call_after_it(entry):
     assert _light.unpack(packed) == _light_exec.module_sources(entry)
     text = _light_exec.script(entry, {"a": 1}, False, ["s3cret"], ["p"])
     rest = {"entry": entry, "params": {"a": 1}, "paths": ["p"], "check_mode": False, "no_log_values": ["s3cret"]}
-    assert text.endswith("\n\nmain(%r, %r)\n" % (_light.pack(rest), packed))
+    assert text.endswith("\n\nmain(%r, %r, %r)\n" % (_light.pack(rest), packed, _light_exec._CODE[entry]))
     assert _light_exec._PACKED[entry] is packed
 
 
@@ -291,3 +291,33 @@ def test_the_light_actions_prepare_their_entry_on_import():
 
     for action in (torchrun, train_access):
         assert action.ENTRY in _light_exec._PACKED
+
+
+def test_the_node_runs_the_controller_s_compiled_code_where_the_magic_number_is_the_same():
+    """The sources travel compiled too: where the node's Python has the controller's bytecode magic
+    number the shipped code runs (no compile on every node), elsewhere the sources are compiled there.
+    The compiled code here says something else than the source, to tell which one ran."""
+    entry = _light.PACKAGE + "._probe_code"
+    sources = {entry: "def run_module(module):\n    module.exit_json(ran='source')\n"}
+    code = _light.pack_code({entry: "def run_module(module):\n    module.exit_json(ran='compiled')\n"})
+    assert code[0] == _light.magic()
+    payload = {"sources": sources, "entry": entry, "params": {}, "check_mode": False, "no_log_values": []}
+    with open(_light.__file__) as handle:
+        text = handle.read()
+    for shipped, ran in ((code, "compiled"), (("0000", code[1]), "source"), (None, "source"),
+                         ((code[0], "not a blob"), "source")):
+        rc, answer, err = node_python("%s\n\nmain(%r, None, %r)\n" % (text, _light.pack(payload), shipped))
+        assert rc == 0, err
+        assert answer == {"ran": ran}, (shipped[0] if shipped else None, answer)
+
+
+@pytest.mark.parametrize("entry", [ACCESS, TORCHRUN])
+def test_the_compiled_sources_are_the_sources(entry):
+    """packed_code compiles exactly the sources that travel (same names, same file names)."""
+    _light_exec._CODE.pop(entry, None)
+    code = _light.unpack_code(_light_exec.packed_code(entry))
+    sources = _light_exec.module_sources(entry)
+    assert sorted(code) == sorted(sources)
+    for name, source in sources.items():
+        assert code[name].co_filename == _light.origin(name)
+        assert code[name].co_code == _light.compile_source(name, source).co_code
