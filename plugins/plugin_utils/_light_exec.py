@@ -152,8 +152,8 @@ def script(entry, params, check_mode=False, no_log_values=(), paths=()):
     <compiled sources>)``."""
     payload = {"entry": entry, "params": params, "paths": list(paths), "check_mode": bool(check_mode),
                "no_log_values": list(no_log_values)}
-    return "%s\n\nmain(%r, %r, %r)\n" % (light_text(), _light.pack(payload), packed_sources(entry),
-                                          packed_code(entry))
+    return "%s\n\nmain(%r, %r, %r)\n" % (
+        light_text(), _light.pack(payload), packed_sources(entry), packed_code(entry))
 
 
 def configured_python(task_vars):
