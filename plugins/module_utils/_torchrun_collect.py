@@ -134,7 +134,13 @@ def pack_job_dir(job_dir, path, inline_max=INLINE_MAX):
     data = buffer.getvalue()
     if len(data) <= inline_max:
         return {"inline": base64.b64encode(data).decode("ascii"), "path": None, "size": len(data)}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # ``path`` lies in the job account's log directory: whatever stands there (a link to a file of
+    # root's, planted before) is removed, never written through; the archive is a new file.
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     return {"inline": None, "path": path, "size": len(data)}

@@ -16,7 +16,9 @@ import json
 import os
 import pwd
 import socket
+import stat
 import sys
+import tempfile
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
@@ -131,17 +133,41 @@ SUPERVISOR_FILE = "supervisor.py"
 
 # ------------------------------------------------------------------ files
 
-def write_json(path, data, mode=None, owner=None):
+def write_json(path, data, mode=0o640, owner=None):
     """Replace ``path`` atomically; ``mode`` and ``owner`` (uid, gid) are set before the rename, so no
-    reader ever sees the file with other permissions (the job's account must read job.json)."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as handle:
-        json.dump(data, handle, indent=1, sort_keys=True)
-    if mode is not None:
-        os.chmod(tmp, mode)
-    if owner is not None:
-        os.chown(tmp, owner[0], owner[1])
-    os.rename(tmp, path)
+    reader ever sees the file with other permissions (the job's account must read job.json).
+
+    Root writes here into a directory of the job's account, which may have put anything there: the
+    temporary file gets a new random name and is created exclusively (a name planted beforehand, a
+    link to a file of root's among them, is never opened), its mode and owner are set through the
+    open file (never through a name that could have been replaced since), and the rename replaces
+    ``path`` itself (a link there too), never what a link points to."""
+    directory, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", dir=directory or ".")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            json.dump(data, handle, indent=1, sort_keys=True)
+            handle.flush()
+            os.fchmod(handle.fileno(), mode)
+            if owner is not None:
+                os.fchown(handle.fileno(), owner[0], owner[1])
+        os.rename(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def _real_directory(path):
+    """``path``'s lstat where it is a directory itself, not a link to one (the job's account may
+    have replaced its job directory with a link to one of root's), else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISDIR(st.st_mode) else None
 
 
 # ------------------------------------------------------------------ decisions
@@ -337,13 +363,13 @@ def stop(module, job_id, job_dir, job, result, host):
     killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
     stop_watcher(job)
     result["firewall_table"] = remove_firewall(module, job_id)
-    if job and not os.path.exists(os.path.join(job_dir, "result.json")):
-        path = os.path.join(job_dir, "result.json")
-        write_json(path, {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
-                          "stopped": True, "leftovers_killed": killed}, 0o640)
-        # Like the job's other files: the job's user's, not world-readable.
-        owner = os.stat(job_dir)
-        os.chown(path, owner.st_uid, owner.st_gid)
+    directory = _real_directory(job_dir)
+    if job and directory and not os.path.lexists(os.path.join(job_dir, "result.json")):
+        # Like the job's other files: the job's user's, not world-readable (owner set before the
+        # rename: no chown through a name the account could have replaced with a link since).
+        write_json(os.path.join(job_dir, "result.json"),
+                   {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
+                    "stopped": True, "leftovers_killed": killed}, 0o640, (directory.st_uid, directory.st_gid))
     result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed,
                   survivors=describe(survivors), stopped=bool(killed))
     if survivors:

@@ -305,6 +305,55 @@ def test_wait_for_end_gives_up_after_the_deadline(tmp_path):
     assert sup.find_job_processes(job_id) == []
 
 
+def test_write_json_never_writes_through_links_the_account_planted(tmp_path):
+    """Root rewrites job.json / result.json in a directory the job's account owns: links planted at
+    the old temporary name and at the name itself (to a file of root's) are never written through
+    or chowned through; the file is replaced, the victim keeps its content, mode and owner."""
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    os.chmod(str(victim), 0o600)
+    path = str(tmp_path / "result.json")
+    os.symlink(str(victim), path + ".tmp")
+    os.symlink(str(victim), path)
+    owner = (os.getuid(), os.getgid()) if os.geteuid() != 0 else (65534, 65534)
+    job_mod.write_json(path, {"rc": None}, 0o640, owner)
+    assert not os.path.islink(path) and read_json(path) == {"rc": None}
+    st = os.stat(path)
+    assert (st.st_uid, st.st_gid) == owner and st.st_mode & 0o777 == 0o640
+    assert victim.read_text() == "root:secret\n"
+    vst = os.stat(str(victim))
+    assert (vst.st_uid, vst.st_gid) == (os.getuid(), os.getgid()) and vst.st_mode & 0o777 == 0o600
+    assert sorted(os.listdir(str(tmp_path))) == ["result.json", "result.json.tmp", "shadow"]
+
+
+def test_a_stop_writes_no_result_into_a_link_that_replaced_the_job_directory(tmp_path):
+    """The account may replace its job directory with a link to one of root's: the stop's record of
+    the end (result.json) is not written there."""
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir()
+    job_dir = str(tmp_path / "job")
+    os.symlink(str(elsewhere), job_dir)
+    assert job_mod._real_directory(job_dir) is None
+    assert job_mod._real_directory(str(elsewhere)) is not None
+
+    class Module(object):
+        check_mode = False
+        params = {"stop_grace": 1}
+
+        def get_bin_path(self, *_args, **_kwargs):
+            return None
+
+        def exit_json(self, **result):
+            raise SystemExit(result)
+
+        fail_json = exit_json
+
+    job = {"job_id": "gone-%d" % os.getpid(), "start": time.time() - 5}
+    with pytest.raises(SystemExit):
+        job_mod.stop(Module(), job["job_id"], job_dir, job, {}, "node1")
+    assert os.listdir(str(elsewhere)) == []
+
+
 def test_write_json_keeps_owner_and_mode_across_rewrites(tmp_path):
     """job.json is rewritten after the watcher starts; it must stay the job account's (0640): the
     watcher (running as that account) reads the supervisor's pid from it (issue 11 (e))."""

@@ -181,6 +181,21 @@ def test_pack_big_archive_goes_to_the_file(tmp_path):
         assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
 
 
+def test_a_big_archive_never_writes_through_what_the_account_planted_at_its_name(tmp_path):
+    """The archive's name lies in the job account's log directory: a link planted there (to a file
+    of root's) is replaced by the archive, the file it points to is left as it was."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    path = str(tmp_path / "big.tgz")
+    os.symlink(str(victim), path)
+    packed = col.pack_job_dir(job_dir, path, inline_max=10)
+    assert packed["path"] == path and not os.path.islink(path)
+    assert victim.read_text() == "root:secret\n"
+    with open(path, "rb") as handle:
+        assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
+
+
 def test_unpack_skips_members_that_leave_the_destination(tmp_path):
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
