@@ -187,16 +187,12 @@ class SourceImporter(object):
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname in self.sources:
-            return importlib.util.spec_from_loader(fullname, self, origin=self._origin(fullname))
+            return importlib.util.spec_from_loader(fullname, self, origin=origin(fullname))
         if fullname in self.packages:
             spec = importlib.util.spec_from_loader(fullname, self, is_package=True)
             spec.submodule_search_locations = []
             return spec
         return None
-
-    @staticmethod
-    def _origin(fullname):
-        return origin(fullname)
 
     def create_module(self, spec):
         return None
@@ -205,7 +201,7 @@ class SourceImporter(object):
         name = module.__name__
         if name not in self.sources:
             return
-        module.__file__ = self._origin(name)
+        module.__file__ = origin(name)
         code = self.code.get(name)
         if code is None or code.co_filename != module.__file__:
             code = compile_source(name, self.sources[name])
