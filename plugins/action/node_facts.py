@@ -22,6 +22,11 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.multinode.training.plugins.module_utils._node_facts import SCRIPT, NodeFactsError, raw_facts
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import configured_python
+from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm
+
+# Imported by ansible-playbook before it forks the first per-node workers of train.yml: they inherit
+# the loaded filters (plugin_utils/_warm.py).
+warm()
 
 
 class ActionModule(ActionBase):

@@ -49,12 +49,14 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_follo
     wait_args,
 )
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, prepare, run_module
+from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm
 
 display = Display()
 MODULE = "multinode.training.torchrun"
 ENTRY = "ansible_collections.multinode.training.plugins.module_utils._torchrun_job"
 # Imported by ansible-playbook before it forks the workers: they inherit the entry's import and sources.
 prepare(ENTRY)
+warm()
 # Longest long poll. A window ends at the next progress line anyway (train_progress_interval, 15 s by
 # default: one poll per line) and the node clamps it to a third of the lease. The lease is renewed at
 # the start of a poll, so the window does not delay the nodes' end of a job whose ansible-playbook was

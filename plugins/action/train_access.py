@@ -8,11 +8,13 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import prepare, run_module
+from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm
 
 MODULE = "multinode.training.train_access"
 ENTRY = "ansible_collections.multinode.training.plugins.module_utils._train_access"
 # Imported by ansible-playbook before it forks the workers: they inherit the entry's import and sources.
 prepare(ENTRY)
+warm()
 
 
 class ActionModule(ActionBase):
