@@ -18,7 +18,7 @@ import os
 import tarfile
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import rank_dirs  # noqa: F401 (one place)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import _read, rank_dirs  # noqa: F401 (one place)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
     is_peer_error,
     parse_agent_log,
@@ -31,11 +31,9 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
 
 
 def read_text(path):
-    try:
-        with open(path, "rb") as handle:
-            return handle.read().decode("utf-8", "replace")
-    except (IOError, OSError):
-        return ""
+    """A file of the job directory as text ('' when it cannot be read; never through a link, never
+    a FIFO: ``_torchrun_watch._read``)."""
+    return _read(path).decode("utf-8", "replace")
 
 
 def read_json(path):
@@ -46,6 +44,16 @@ def read_json(path):
         return json.loads(text)
     except ValueError:
         return None
+
+
+def inside(job_dir, path):
+    """``path`` where it lies inside ``job_dir`` (torchrun names the error files in its log, which
+    the job's account writes: root reads no file the log points to elsewhere), else None."""
+    if not path:
+        return None
+    top = os.path.abspath(job_dir)
+    full = os.path.abspath(os.path.join(top, path))
+    return full if full.startswith(top.rstrip("/") + "/") else None
 
 
 def _time_of(entry, error_file):
@@ -68,7 +76,7 @@ def collect(job_dir, job, result_data, tail_lines, host):
     failures = []
     for entry in ([parsed["root_cause"]] if parsed["root_cause"] else []) + parsed["failures"]:
         local = entry.get("local_rank")
-        error_file = entry.get("error_file")
+        error_file = inside(job_dir, entry.get("error_file"))
         if local is not None and local in dirs and not error_file:
             candidate = os.path.join(dirs[local], "error.json")
             error_file = candidate if os.path.exists(candidate) else None

@@ -76,23 +76,44 @@ def watch_conf(params, job_id, host):
             "elastic": elastic}
 
 
-def write_watch_files(params, job_dir, job_id, host):
+def new_file(dir_fd, name, mode, owner=None, text=None, flags=0):
+    """A new file ``name`` in the directory open as ``dir_fd`` (the job directory, while it is still
+    root's alone: ``_torchrun_job.make_job_dir``), with ``mode`` and ``owner`` (uid, gid) set through
+    the open file, opened with ``flags`` too (O_APPEND for a log); ``text`` written and the file
+    closed -> None, else -> its open descriptor.
+
+    Created exclusively and without following a link (O_EXCL | O_NOFOLLOW), relative to the
+    directory's descriptor, never to its name: the job's account owns the directory above it and
+    may replace the name with a link to one of root's directories at any moment."""
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | flags, mode, dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, owner[0], owner[1])
+        if text is None:
+            return fd
+        with os.fdopen(fd, "w") as handle:
+            fd = None
+            handle.write(text)
+        return None
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        raise
+
+
+def write_watch_files(params, dir_fd, job_id, host, owner=None):
     """The rank wrapper, the watcher and its configuration (0600: it holds the job's token) into
-    the job directory, and ``exits/``; returns the paths (the job's account must own them)."""
-    paths = []
+    the job directory (open as ``dir_fd``: ``new_file``), and ``exits/``, all owned by ``owner``
+    (the job's account)."""
     for name, source, mode in ((RANK_WRAPPER, inspect.getsource(_torchrun_rankwrap), 0o640),
                                (WATCHER, inspect.getsource(_torchrun_watch), 0o640),
                                ("watch.json", json.dumps(watch_conf(params, job_id, host), sort_keys=True), 0o600),
                                ("lease", "", 0o640)):
-        path = os.path.join(job_dir, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(source)
-        paths.append(path)
-    exits = os.path.join(job_dir, "exits")
-    os.mkdir(exits, 0o750)
-    paths.append(exits)
-    return paths
+        new_file(dir_fd, name, mode, owner, source)
+    os.mkdir("exits", 0o750, dir_fd=dir_fd)
+    if owner is not None:
+        os.chown("exits", owner[0], owner[1], dir_fd=dir_fd, follow_symlinks=False)
 
 
 def watcher_env(env, job_id, job_env_keys):

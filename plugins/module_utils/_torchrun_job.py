@@ -11,6 +11,7 @@ shipped into the job directory as ``supervisor.py``.
 """
 from __future__ import annotations
 
+import errno
 import grp
 import json
 import os
@@ -18,7 +19,6 @@ import pwd
 import socket
 import stat
 import sys
-import tempfile
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
@@ -49,6 +49,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_follo
     renew_lease,
     status,
     stop_watcher,
+    new_file,
     watcher_env,
     write_watch_files,
 )
@@ -133,7 +134,7 @@ SUPERVISOR_FILE = "supervisor.py"
 
 # ------------------------------------------------------------------ files
 
-def write_json(path, data, mode=0o640, owner=None):
+def write_json(path, data, mode=0o640, owner=None, dir_fd=None):
     """Replace ``path`` atomically; ``mode`` and ``owner`` (uid, gid) are set before the rename, so no
     reader ever sees the file with other permissions (the job's account must read job.json).
 
@@ -141,23 +142,61 @@ def write_json(path, data, mode=0o640, owner=None):
     temporary file gets a new random name and is created exclusively (a name planted beforehand, a
     link to a file of root's among them, is never opened), its mode and owner are set through the
     open file (never through a name that could have been replaced since), and the rename replaces
-    ``path`` itself (a link there too), never what a link points to."""
+    ``path`` itself (a link there too), never what a link points to. All of it happens relative to
+    the directory's descriptor: ``dir_fd`` (the job directory the module created,
+    ``make_job_dir``) or the directory opened without following a link, so that a job directory
+    the account replaced with a link to one of root's gets nothing (OSError)."""
     directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", dir=directory or ".")
+    own = dir_fd is None
+    if own:
+        dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-            handle.flush()
-            os.fchmod(handle.fileno(), mode)
-            if owner is not None:
-                os.fchown(handle.fileno(), owner[0], owner[1])
-        os.rename(tmp, path)
-    except BaseException:
+        for _attempt in range(100):
+            tmp = ".%s.%s" % (name, os.urandom(6).hex())
+            try:
+                fd = new_file(dir_fd, tmp, mode, owner)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError("no free temporary name beside %s" % path)
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+            with os.fdopen(fd, "w") as handle:
+                json.dump(data, handle, indent=1, sort_keys=True)
+            os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError:
+                pass
+            raise
+    finally:
+        if own:
+            os.close(dir_fd)
+
+
+def make_job_dir(job_dir):
+    """Create the job directory -> a descriptor of it, for every file the module puts there.
+
+    The job's account owns the directory above (``log_dir``) and may rename or replace
+    ``job_dir`` at any moment, a link to one of root's directories among what it can put there:
+    had root then created the job's files, or handed them to the account (chown), through the
+    name, it would do so in root's directory. So the directory is created 0700 (nobody but root
+    enters it while its files are made), opened at once without following a link, and taken only
+    where that is the directory just made (root's, empty); its files, their owner and its own
+    owner and mode are set through descriptors (``new_file``, ``write_json``), never through a
+    name. Raises OSError (a reused job id: EEXIST)."""
+    parent = os.path.dirname(job_dir.rstrip("/"))
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    os.mkdir(job_dir, 0o700)
+    fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077 or os.listdir(fd):
+        os.close(fd)
+        raise OSError(errno.EEXIST, "replaced while it was created (owner uid %d, mode %o)"
+                      % (st.st_uid, stat.S_IMODE(st.st_mode)), job_dir)
+    return fd
 
 
 def _real_directory(path):
@@ -367,9 +406,12 @@ def stop(module, job_id, job_dir, job, result, host):
     if job and directory and not os.path.lexists(os.path.join(job_dir, "result.json")):
         # Like the job's other files: the job's user's, not world-readable (owner set before the
         # rename: no chown through a name the account could have replaced with a link since).
-        write_json(os.path.join(job_dir, "result.json"),
-                   {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
-                    "stopped": True, "leftovers_killed": killed}, 0o640, (directory.st_uid, directory.st_gid))
+        try:
+            write_json(os.path.join(job_dir, "result.json"),
+                       {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
+                        "stopped": True, "leftovers_killed": killed}, 0o640, (directory.st_uid, directory.st_gid))
+        except OSError:
+            pass  # the directory became a link since (write_json opens no link): no record there
     result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed,
                   survivors=describe(survivors), stopped=bool(killed))
     if survivors:
@@ -438,25 +480,19 @@ def start(module, job_id, job_dir, job_file, result, host):
         rc, _out, err = module.run_command([nft, "-f", "-"], data=rules, binary_data=True)
         if rc != 0:
             module.fail_json(msg="train_firewall on %s: nft refused the rule: %s" % (host, err.strip()), **result)
+    owner = (account["uid"], account["gid"]) if account else None
     try:
-        os.makedirs(job_dir)
+        dir_fd = make_job_dir(job_dir)
     except OSError as exc:
         remove_firewall(module, job_id)
         module.fail_json(msg="cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc),
                          **result)
-    os.chmod(job_dir, 0o750)
-    log = os.path.join(job_dir, "torchrun.log")
-    log_fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    # The supervisor outlives this module (whose files Ansible deletes): its source goes into the
-    # job directory, where the job's python (the account can run it; preflight checks that) runs it.
-    supervisor = os.path.join(job_dir, SUPERVISOR_FILE)
-    with open(supervisor, "w") as handle:
-        handle.write(supervisor_source())
-    os.chmod(supervisor, 0o640)
-    owned = [job_dir, log, supervisor] + write_watch_files(p, job_dir, job_id, host)
-    if account:
-        for path in owned:
-            os.chown(path, account["uid"], account["gid"])
+    try:
+        log_fd, watch_fd = fill_job_dir(dir_fd, p, job_id, host, owner)
+    except OSError as exc:
+        os.close(dir_fd)
+        remove_firewall(module, job_id)
+        module.fail_json(msg="cannot write the job's files into %s on %s: %s" % (job_dir, host, exc), **result)
     # Preflight's listener (first node) must not hold the rendezvous port any more.
     stop_stale_listener(rdzv_port(p["rdzv_endpoint"]))
     # Detached on purpose (run_command waits): the supervisor leads a new session as the job's
@@ -465,19 +501,16 @@ def start(module, job_id, job_dir, job_file, result, host):
         pid = spawn(supervisor_argv(python, job_dir, job_id, p["timeout"], p["stop_grace"], chdir, argv),
                     env, log_fd, account)
     except OSError as exc:
+        os.close(watch_fd)
         remove_firewall(module, job_id)
         module.fail_json(msg="cannot start the job on %s as %s: %s" % (host, job["user"], exc), **result)
     finally:
         os.close(log_fd)
     job.update(pid=pid, pgid=pid, start=time.time())
-    owner = (account["uid"], account["gid"]) if account else None
-    write_json(job_file, job, 0o640, owner)
+    write_json(job_file, job, 0o640, owner, dir_fd)
     # The watcher (mt_watch.py): every node's watches its ranks, the first node's hears the others;
     # they stop the job everywhere on the first failure or a lost node (_torchrun_follow).
-    watch_fd = os.open(os.path.join(job_dir, "watch.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
     try:
-        if account:
-            os.fchown(watch_fd, account["uid"], account["gid"])
         # The supervisor's pid in argv too: the watcher must never take it for a leftover.
         job["watch_pid"] = spawn([python, os.path.join(job_dir, WATCHER), job_dir, str(pid)],
                                  watcher_env(env, job_id, (JOB_ENV, JOB_DIR_ENV)), watch_fd, account)
@@ -488,7 +521,8 @@ def start(module, job_id, job_dir, job_file, result, host):
     finally:
         os.close(watch_fd)
     # Still the account's (the watcher, running as the account, reads the supervisor's pid here).
-    write_json(job_file, job, 0o640, owner)
+    write_json(job_file, job, 0o640, owner, dir_fd)
+    os.close(dir_fd)
     if nft:
         with open(os.devnull, "wb") as null:
             spawn(keeper_argv(sys.executable, nft, pid, os.path.join(job_dir, "result.json"), p["firewall_ttl"],
@@ -496,6 +530,25 @@ def start(module, job_id, job_dir, job_file, result, host):
                               render_delete(job["firewall_table"])),
                   {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, null.fileno(), None)
     return job
+
+
+def fill_job_dir(dir_fd, params, job_id, host, owner):
+    """The job's files into the new job directory (``make_job_dir``'s descriptor), then the
+    directory to the job's account (``owner``: uid, gid; None: it stays the module's user's), 0750
+    -> the open descriptors of torchrun.log and watch.log (the supervisor's and the watcher's output).
+
+    Every file goes through the directory's descriptor and is created before the account gets the
+    directory: root never creates, writes or hands over a file through a name."""
+    log_fd = new_file(dir_fd, "torchrun.log", 0o640, owner, flags=os.O_APPEND)
+    watch_fd = new_file(dir_fd, "watch.log", 0o640, owner, flags=os.O_APPEND)
+    # The supervisor outlives this module (whose files Ansible deletes): its source goes into the
+    # job directory, where the job's python (the account can run it; preflight checks that) runs it.
+    new_file(dir_fd, SUPERVISOR_FILE, 0o640, owner, supervisor_source())
+    write_watch_files(params, dir_fd, job_id, host, owner)
+    os.fchmod(dir_fd, 0o750)
+    if owner is not None:
+        os.fchown(dir_fd, owner[0], owner[1])
+    return log_fd, watch_fd
 
 
 def spawn(argv, env, out_fd, account, umask=0o027):

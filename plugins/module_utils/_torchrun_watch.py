@@ -41,6 +41,7 @@ import socket
 import sys
 import threading
 import time
+from stat import S_ISREG
 
 TERMINAL = ("succeeded", "failed", "stopped")
 # Errors a rank raises because a peer died (the same list as _torchrun.PEER_ERROR_RE; this file is
@@ -229,12 +230,33 @@ def consequences(ranks_by_node, first):
 
 # ---------------------------------------------------------------- node side (acts)
 
-def _read(path):
+def _read(path, size=0):
+    """A regular file's bytes (its last ``size`` bytes where ``size`` > 0); b"" when there is none.
+
+    Root reads the job's files in a directory that the job's account owns, and the account may put
+    a link there to a file of root's (whose text would reach the controller's report) or a FIFO (a
+    read that never ends): the last name is not followed (O_NOFOLLOW), and only a regular file is
+    read (opened non-blocking: opening a FIFO does not wait for a writer)."""
     try:
-        with open(path, "rb") as handle:
-            return handle.read()
-    except (IOError, OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return b""
+    try:
+        st = os.fstat(fd)
+        if not S_ISREG(st.st_mode):
+            return b""
+        if size and st.st_size > size:
+            os.lseek(fd, st.st_size - size, os.SEEK_SET)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
 
 
 def _read_json(path):
@@ -375,13 +397,8 @@ def rank_dirs(job_dir):
 
 
 def read_tail(path, size=16384):
-    """The last ``size`` bytes of a file as text ('' when it cannot be read)."""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(max(0, os.path.getsize(path) - size))
-            return handle.read().decode("utf-8", "replace")
-    except (IOError, OSError):
-        return ""
+    """The last ``size`` bytes of a file as text ('' when it cannot be read; a link or a FIFO: ``_read``)."""
+    return _read(path, size).decode("utf-8", "replace")
 
 
 def rank0_line(job_dir):

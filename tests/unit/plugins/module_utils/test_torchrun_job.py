@@ -374,3 +374,141 @@ def test_guarded_ports_rendezvous_and_the_hub_watch_port():
     assert job_mod.guarded_ports(argv, {"hub": False, "port": 29401}) == [29400]
     assert job_mod.guarded_ports(argv, None) == [29400]
     assert job_mod.guarded_ports(["x.py"], None) == []
+
+
+# ------------------------------------------------------------------ root in the account's directories
+# The job's account owns log_dir, so it may rename or replace the job directory, or any file in it
+# once it is the account's, at any moment (with inotify, right after root made it). Root must never
+# create, write, hand over (chown) or read a file of root's through such a name.
+
+ACCOUNT = (65534, 65534)
+
+
+def _owner():
+    return ACCOUNT if os.geteuid() == 0 else None
+
+
+def test_make_job_dir_is_new_root_only_and_refuses_a_reused_id(tmp_path):
+    job_dir = str(tmp_path / "logs" / "j1")  # log_dir made when missing
+    fd = job_mod.make_job_dir(job_dir)
+    try:
+        st = os.fstat(fd)
+        assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
+        assert os.path.samestat(st, os.lstat(job_dir))
+    finally:
+        os.close(fd)
+    with pytest.raises(FileExistsError):
+        job_mod.make_job_dir(job_dir)
+    # a link planted at the name beforehand is not followed (mkdir does not create through it)
+    os.symlink(str(tmp_path), str(tmp_path / "logs" / "j2"))
+    with pytest.raises(FileExistsError):
+        job_mod.make_job_dir(str(tmp_path / "logs" / "j2"))
+
+
+@pytest.mark.parametrize("swap", ["link", "other_owner"])
+def test_make_job_dir_refuses_a_directory_replaced_while_it_was_made(tmp_path, monkeypatch, swap):
+    """Between root's mkdir and its open the account renames the new directory away and puts a
+    link to one of root's directories there (or a directory of its own)."""
+    if swap == "other_owner" and os.geteuid() != 0:
+        pytest.skip("needs root to make a directory of another user's")
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    job_dir = str(tmp_path / "job")
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path, mode=0o777, **kwargs):
+        real_mkdir(path, mode, **kwargs)
+        os.rename(path, path + ".moved")
+        if swap == "link":
+            os.symlink(str(victim), path)
+        else:
+            real_mkdir(path, 0o700)
+            os.chown(path, *ACCOUNT)
+
+    monkeypatch.setattr(job_mod.os, "mkdir", mkdir_then_swap)
+    with pytest.raises(OSError):
+        job_mod.make_job_dir(job_dir)
+    assert os.listdir(str(victim)) == []
+
+
+def test_fill_job_dir_writes_nothing_through_a_name_swapped_for_a_link(tmp_path):
+    """Once root has the new directory open, the account may swap its name for a link to root's
+    /etc: every file, the owner change and job.json still go into the directory root made."""
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    (victim / "passwd").write_text("root:x:0:0\n")
+    before = os.stat(str(victim))
+    job_dir = str(tmp_path / "job")
+    fd = job_mod.make_job_dir(job_dir)
+    try:
+        os.rename(job_dir, job_dir + ".moved")
+        os.symlink(str(victim), job_dir)
+        params = {"watch": {"node": "n1", "token": "t" * 32}, "nnodes": "1", "max_restarts": 0}
+        log_fd, watch_fd = job_mod.fill_job_dir(fd, params, "j", "n1", _owner())
+        os.close(log_fd)
+        os.close(watch_fd)
+        job_mod.write_json(os.path.join(job_dir, "job.json"), {"pid": 1}, 0o640, _owner(), fd)
+    finally:
+        os.close(fd)
+    assert sorted(os.listdir(str(victim))) == ["passwd"]
+    assert (os.stat(str(victim)).st_uid, os.stat(str(victim)).st_mode) == (before.st_uid, before.st_mode)
+    made = job_dir + ".moved"
+    assert sorted(os.listdir(made)) == sorted(["exits", "job.json", "lease", job_mod.RANK_WRAPPER,
+                                               job_mod.SUPERVISOR_FILE, "torchrun.log", "watch.json", "watch.log",
+                                               job_mod.WATCHER])
+    uid = _owner()[0] if _owner() else os.geteuid()
+    assert os.stat(made).st_uid == uid and os.stat(made).st_mode & 0o777 == 0o750
+    assert all(os.lstat(os.path.join(made, n)).st_uid == uid for n in os.listdir(made))
+    assert os.stat(os.path.join(made, "watch.json")).st_mode & 0o777 == 0o600
+    assert os.stat(str(victim / "passwd")).st_uid == os.geteuid()
+
+
+def test_write_json_writes_nothing_into_a_job_directory_that_became_a_link(tmp_path):
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    job_dir = tmp_path / "job"
+    os.symlink(str(victim), str(job_dir))
+    with pytest.raises(OSError):
+        job_mod.write_json(str(job_dir / "job.json"), {"pid": 1}, 0o640, _owner())
+    assert os.listdir(str(victim)) == []
+
+
+def test_job_files_are_read_without_following_a_link_or_waiting_on_a_fifo(tmp_path):
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import read_text
+    secret = tmp_path / "shadow"
+    secret.write_text("root:secret\n")
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    os.symlink(str(secret), str(job_dir / "torchrun.log"))
+    os.mkfifo(str(job_dir / "stderr.log"))
+    (job_dir / "result.json").write_text('{"rc": 0}')
+    assert read_text(str(job_dir / "torchrun.log")) == "" and job_mod.read_tail(str(job_dir / "torchrun.log")) == ""
+    began = time.time()
+    assert read_text(str(job_dir / "stderr.log")) == "" and job_mod.read_tail(str(job_dir / "stderr.log")) == ""
+    assert time.time() - began < 2
+    assert read_json(str(job_dir / "result.json")) == {"rc": 0}
+    assert read_json(str(job_dir / "torchrun.log")) is None
+
+
+def test_collect_reads_no_error_file_outside_the_job_directory(tmp_path):
+    """torchrun.log is the account's: an error_file line naming a file elsewhere (root's) is not
+    read; the rank's own error.json in the job directory is."""
+    elsewhere = tmp_path / "secret.json"
+    elsewhere.write_text(json.dumps({"message": {"message": "SECRET OF ROOT", "extraInfo": {}}}))
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    log = os.path.join(job_dir, "torchrun.log")
+    with open(log) as handle:
+        text = handle.read()
+    recorded = "/var/log/multinode-training/fixture-fail-1/ranks/fixture-fail-1_rlt1mchz/attempt_0/1/error.json"
+    assert recorded in text
+    with open(log, "w") as handle:
+        handle.write(text.replace(recorded, str(elsewhere)))
+    out = collect(job_dir, load(job_dir, "job.json"), load(job_dir, "result.json"), 5, "vm")
+    assert "SECRET" not in json.dumps(out)
+    assert out["root_cause"]["error_file"].startswith(job_dir + os.sep)
+    assert out["root_cause"]["message"] == "RuntimeError: injected failure on rank 1 at step 1"
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import inside
+    assert inside(job_dir, os.path.join(job_dir, "ranks", "e.json")) == os.path.join(job_dir, "ranks", "e.json")
+    assert inside(job_dir, os.path.join(job_dir, "..", "x.json")) is None
+    assert inside(job_dir, job_dir + "-other/e.json") is None
+    assert inside(job_dir, None) is None
