@@ -40,7 +40,6 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_colle
     collect,
     pack_job_dir,
     read_json,
-    read_text,
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import (
     RANK_WRAPPER,
@@ -248,7 +247,13 @@ def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0):
             raise TorchrunError("env_files: %s does not exist (for the NCCL file: apply role "
                                 "multinode.training.nccl_tuning first)" % path)
         try:
-            own.update(parse_env_file(read_text(path), path))
+            # The operator's file (a link is fine: a mounted secret often is one), not the job's:
+            # read_text would refuse a link.
+            with open(path, "rb") as handle:
+                text = handle.read().decode("utf-8", "replace")
+            own.update(parse_env_file(text, path))
+        except OSError as exc:
+            raise TorchrunError("env_files: %s cannot be read: %s" % (path, exc))
         except TorchrunError as exc:
             raise TorchrunError("env_files: %s" % exc)
     check_env(env)

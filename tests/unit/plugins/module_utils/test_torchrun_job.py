@@ -153,6 +153,16 @@ def test_build_env_files_then_env_then_markers(tmp_path):
     assert sorted(secrets) == ["k", "s3cr3t"]
 
 
+def test_build_env_reads_an_env_file_that_is_a_link(tmp_path):
+    """An env file is the operator's, not the job's: a link (a mounted secret, ..data/env) is read,
+    unlike a link in the job directory."""
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "env").write_text("HF_TOKEN=s3cr3t\n")
+    os.symlink(str(tmp_path / "data" / "env"), str(tmp_path / "secret.env"))
+    env, secrets = job_mod.build_env([str(tmp_path / "secret.env")], {}, "j1", "/logs/j1", {})
+    assert env["HF_TOKEN"] == "s3cr3t" and secrets == ["s3cr3t"]
+
+
 def test_build_env_keeps_a_loglevel_the_user_set():
     env, secrets = job_mod.build_env([], {"LOGLEVEL": "WARNING"}, "j", "/d", {"PYTHONUNBUFFERED": "0"})
     assert env["LOGLEVEL"] == "WARNING" and env["PYTHONUNBUFFERED"] == "0" and secrets == []
