@@ -83,10 +83,24 @@ def stop_stale(port, proc="/proc", wait=3.0):
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    # Wait until each is a zombie or gone, not until its command line is empty: the kernel frees a
+    # dying process's memory (cmdline reads empty) before it closes its files (the socket).
     deadline = time.time() + wait
-    while pids and time.time() < deadline and stale_listeners(port, proc):
+    while time.time() < deadline and any(_running(pid, proc) for pid in pids):
         time.sleep(0.05)
     return pids
+
+
+def _running(pid, proc="/proc"):
+    """Whether ``pid`` still exists and has not yet exited (state neither Z nor X)."""
+    try:
+        with open(os.path.join(proc, str(pid), "stat"), "rb") as handle:
+            stat = handle.read()
+    except (IOError, OSError):
+        return False
+    # "PID (COMM) STATE ...": COMM may hold spaces and parentheses, so the state follows the last ')'.
+    fields = stat[stat.rfind(b")") + 1:].split()
+    return bool(fields) and fields[0] not in (b"Z", b"X", b"x")
 
 
 def _say_and_close(text):

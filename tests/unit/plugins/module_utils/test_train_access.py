@@ -296,3 +296,20 @@ def test_probe_runs_after_the_security_checks_with_the_connect(tmp_path):
     while lis.stale_listeners(port) and time.time() < deadline:
         time.sleep(0.1)
     assert lis.stale_listeners(port) == []
+
+
+@pytest.mark.parametrize("stat, running", [
+    (b"4242 (python3) S 1 4242 4242 0 -1", True),
+    (b"4242 (python3) R 1 4242 4242 0 -1", True),
+    (b"4242 (python3) Z 1 4242 4242 0 -1", False),
+    (b"4242 (python3) X 1 4242 4242 0 -1", False),
+    (b"4242 (a) Z (b) S 1 4242 4242 0 -1", True),  # the state follows the last ')' of COMM
+    (b"", False),
+])
+def test_a_killed_listener_counts_as_gone_once_a_zombie(tmp_path, stat, running):
+    # stop_stale waits on this, not on an empty cmdline: a dying process's memory (its cmdline) is
+    # freed before its socket is closed, and the c10d store's bind then failed with EADDRINUSE.
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "stat").write_bytes(stat)
+    assert lis._running(4242, str(tmp_path)) is running
+    assert lis._running(4243, str(tmp_path)) is False
