@@ -15,6 +15,7 @@ import base64
 import io
 import json
 import os
+import stat
 import tarfile
 import time
 
@@ -138,7 +139,7 @@ def pack_job_dir(job_dir, path, inline_max=INLINE_MAX):
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
-        archive.add(job_dir, arcname=os.path.basename(job_dir.rstrip("/")))
+        _add_tree(archive, job_dir, os.path.basename(job_dir.rstrip("/")))
     data = buffer.getvalue()
     if len(data) <= inline_max:
         return {"inline": base64.b64encode(data).decode("ascii"), "path": None, "size": len(data)}
@@ -152,6 +153,50 @@ def pack_job_dir(job_dir, path, inline_max=INLINE_MAX):
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
     return {"inline": None, "path": path, "size": len(data)}
+
+
+def _entry(name, st):
+    """A tar member for ``name`` from the descriptor's fstat (a directory or a regular file)."""
+    info = tarfile.TarInfo(name)
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.uid, info.gid = st.st_uid, st.st_gid
+    info.mtime = int(st.st_mtime)
+    if stat.S_ISDIR(st.st_mode):
+        info.type = tarfile.DIRTYPE
+    else:
+        info.size = st.st_size
+    return info
+
+
+def _add_tree(archive, job_dir, top):
+    """Add ``job_dir`` to ``archive`` as ``top``: its directories and regular files, each opened
+    through its parent's descriptor and never through a link.
+
+    Root packs a directory that the job's account writes: a name looked at, then opened by its path,
+    could have become a link to a file of root's in between (tarfile's ``add`` does just that), and
+    that file would travel to the controller. Links and other special files are left out: the
+    controller's unpack keeps only files and directories."""
+    top_fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        archive.addfile(_entry(top, os.fstat(top_fd)))
+        # fwalk opens each subdirectory by descriptor and descends only where it is the directory
+        # it looked at (follow_symlinks=False: a link to one is not entered).
+        for path, dirnames, filenames, dir_fd in os.fwalk(".", dir_fd=top_fd, follow_symlinks=False):
+            dirnames.sort()
+            prefix = top if path == "." else "%s/%s" % (top, os.path.normpath(path))
+            if path != ".":
+                archive.addfile(_entry(prefix, os.fstat(dir_fd)))
+            for name in sorted(filenames):
+                try:
+                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+                except OSError:
+                    continue  # a link (ELOOP), gone, or unreadable
+                with os.fdopen(fd, "rb") as handle:
+                    st = os.fstat(fd)
+                    if stat.S_ISREG(st.st_mode):
+                        archive.addfile(_entry("%s/%s" % (prefix, name), st), handle)
+    finally:
+        os.close(top_fd)
 
 
 def _stripped(member):

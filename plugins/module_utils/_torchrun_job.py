@@ -45,10 +45,10 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_follo
     RANK_WRAPPER,
     WATCHER,
     add_watch_state,
+    new_file,
     renew_lease,
     status,
     stop_watcher,
-    new_file,
     watcher_env,
     write_watch_files,
 )

@@ -11,6 +11,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import sys
 import tarfile
 import threading
@@ -194,6 +195,87 @@ def test_a_big_archive_never_writes_through_what_the_account_planted_at_its_name
     assert victim.read_text() == "root:secret\n"
     with open(path, "rb") as handle:
         assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
+
+
+def _archived(packed):
+    """name -> content (None for a directory) of an inline archive."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed["inline"])), mode="r:gz") as archive:
+        for member in archive.getmembers():
+            handle = archive.extractfile(member) if member.isfile() else None
+            out[member.name] = handle.read() if handle else None
+    return out
+
+
+def _plant(tmp_path):
+    victim = tmp_path / "root-only"
+    victim.mkdir()
+    (victim / "stdout.log").write_text("root:secret\n" * 10000)
+    (victim / "shadow").write_text("root:secret\n")
+    return victim
+
+
+def test_pack_reads_no_file_and_enters_no_directory_through_a_link(tmp_path):
+    """The job's account writes its job directory: a link it puts there (to a file or a directory
+    of root's) is not archived, nor is what it points to."""
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    victim = _plant(tmp_path)
+    os.symlink(str(victim / "shadow"), os.path.join(job_dir, "planted.json"))
+    os.symlink(str(victim), os.path.join(job_dir, "elsewhere"))
+    top = os.path.basename(job_dir)
+    got = _archived(col.pack_job_dir(job_dir, str(tmp_path / "x.tgz")))
+    assert all(b"root:secret" not in (data or b"") for data in got.values())
+    assert top + "/planted.json" not in got and not any("elsewhere" in name for name in got)
+    assert got[top] is None and got[top + "/result.json"] == open(os.path.join(job_dir, "result.json"), "rb").read()
+
+
+def test_pack_never_follows_a_file_swapped_for_a_link_after_it_was_looked_at(tmp_path, monkeypatch):
+    """Each regular log file, once looked at (an lstat of its path, as tarfile's ``add`` makes, or
+    the listing of its directory), becomes a link to a file of root's before it is read: the packer
+    reads nothing through it (tarfile's ``add`` archived the link's target under the file's name)."""
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    victim = _plant(tmp_path)
+    swapped = []
+
+    real_lstat, real_scandir = os.lstat, os.scandir
+
+    def swap(path):
+        if path.endswith(".log") and stat.S_ISREG(real_lstat(path).st_mode):
+            os.unlink(path)
+            os.symlink(str(victim / "stdout.log"), path)
+            swapped.append(path)
+
+    def lstat(path, *args, **kwargs):
+        result = real_lstat(path, *args, **kwargs)
+        if isinstance(path, str) and path.startswith(job_dir):
+            swap(path)
+        return result
+
+    def scandir(target="."):
+        with real_scandir(target) as listing:
+            entries = list(listing)
+        where = os.readlink("/proc/self/fd/%d" % target) if isinstance(target, int) else target
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                swap(os.path.join(where, entry.name))
+        return iter(entries)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "scandir", scandir)
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "x.tgz"))
+    monkeypatch.undo()
+    got = _archived(packed)
+    assert len(swapped) == 5  # the two ranks' stdout.log and stderr.log, torchrun.log
+    assert all(b"root:secret" not in (data or b"") for data in got.values())
+    assert os.path.basename(job_dir) + "/result.json" in got
+
+
+def test_pack_refuses_a_job_directory_that_is_a_link(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    link = str(tmp_path / "swapped")
+    os.symlink(job_dir, link)
+    with pytest.raises(OSError):
+        col.pack_job_dir(link, str(tmp_path / "x.tgz"))
 
 
 def test_unpack_skips_members_that_leave_the_destination(tmp_path):
