@@ -19,7 +19,11 @@ import stat
 import tarfile
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import _read, rank_dirs  # noqa: F401 (one place)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import (  # noqa: F401 (one place)
+    _read,
+    open_regular,
+    rank_dirs,
+)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
     is_peer_error,
     parse_agent_log,
@@ -187,13 +191,9 @@ def _add_tree(archive, job_dir, top):
             if path != ".":
                 archive.addfile(_entry(prefix, os.fstat(dir_fd)))
             for name in sorted(filenames):
-                try:
-                    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-                except OSError:
-                    continue  # a link (ELOOP), gone, or unreadable
-                with os.fdopen(fd, "rb") as handle:
-                    st = os.fstat(fd)
-                    if stat.S_ISREG(st.st_mode):
+                fd, st = open_regular(name, dir_fd)
+                if fd is not None:  # else a link, a special file, gone
+                    with os.fdopen(fd, "rb") as handle:
                         archive.addfile(_entry("%s/%s" % (prefix, name), st), handle)
     finally:
         os.close(top_fd)

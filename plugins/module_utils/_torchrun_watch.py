@@ -230,21 +230,35 @@ def consequences(ranks_by_node, first):
 
 # ---------------------------------------------------------------- node side (acts)
 
-def _read(path, size=0):
-    """A regular file's bytes (its last ``size`` bytes where ``size`` > 0); b"" when there is none.
+def open_regular(path, dir_fd=None):
+    """``path`` (relative to ``dir_fd`` where given) opened for reading -> (fd, its fstat) where it is a
+    regular file, else (None, None); the caller closes the fd.
 
     Root reads the job's files in a directory that the job's account owns, and the account may put
-    a link there to a file of root's (whose text would reach the controller's report) or a FIFO (a
-    read that never ends): the last name is not followed (O_NOFOLLOW), and only a regular file is
-    read (opened non-blocking: opening a FIFO does not wait for a writer)."""
+    a link there to a file of root's (whose text would reach the controller) or a FIFO (a read that
+    never ends): the last name is not followed (O_NOFOLLOW), and only a regular file is kept (opened
+    non-blocking: opening a FIFO does not wait for a writer)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
-        return b""
+        return None, None
     try:
         st = os.fstat(fd)
-        if not S_ISREG(st.st_mode):
-            return b""
+    except OSError:
+        st = None
+    if st is None or not S_ISREG(st.st_mode):
+        os.close(fd)
+        return None, None
+    return fd, st
+
+
+def _read(path, size=0):
+    """A regular file's bytes (its last ``size`` bytes where ``size`` > 0); b"" when there is none, or
+    a link or a FIFO stands at its name (``open_regular``)."""
+    fd, st = open_regular(path)
+    if fd is None:
+        return b""
+    try:
         if size and st.st_size > size:
             os.lseek(fd, st.st_size - size, os.SEEK_SET)
         chunks = []
