@@ -207,7 +207,8 @@ class ActionModule(ActionBase):
             data = base64.b64decode(packed["inline"])
         elif packed.get("path"):
             try:
-                data = self._fetch_and_remove(packed["path"], dest, task_vars)
+                data = self._fetch_and_remove(packed["path"], packed.get("remove") or packed["path"], dest,
+                                              task_vars)
             except (IOError, OSError) as exc:
                 return {"collected": False, "collect_error": str(exc)}
         else:
@@ -215,8 +216,9 @@ class ActionModule(ActionBase):
         count = unpack_job_archive(data, dest)
         return {"collected": True, "collected_files": count, "collected_to": dest}
 
-    def _fetch_and_remove(self, path, dest, task_vars):
-        """A big archive: ansible.builtin.fetch (it deals with become), then ansible.builtin.file absent."""
+    def _fetch_and_remove(self, path, remove, dest, task_vars):
+        """A big archive: ansible.builtin.fetch of ``path`` (it deals with become), then
+        ansible.builtin.file absent on ``remove`` (the archive's private directory on the node)."""
         local = dest.rstrip("/") + ".tgz"
         task = self._task.copy()
         task.args = {"src": path, "dest": local, "flat": True}
@@ -230,7 +232,7 @@ class ActionModule(ActionBase):
             with open(local, "rb") as handle:
                 return handle.read()
         finally:
-            self._execute_module(module_name="ansible.builtin.file", module_args={"path": path, "state": "absent"},
+            self._execute_module(module_name="ansible.builtin.file", module_args={"path": remove, "state": "absent"},
                                  task_vars=task_vars)
             if os.path.exists(local):
                 os.remove(local)

@@ -15,8 +15,10 @@ import base64
 import io
 import json
 import os
+import shutil
 import stat
 import tarfile
+import tempfile
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import (  # noqa: F401 (one place)
@@ -134,12 +136,20 @@ def collect(job_dir, job, result_data, tail_lines, host):
 INLINE_MAX = 16 * 1024 * 1024
 
 
-def pack_job_dir(job_dir, path, inline_max=INLINE_MAX):
+def pack_job_dir(job_dir, path, inline_max=INLINE_MAX, spool=None):
     """tar.gz of ``job_dir`` (its name as the top directory, like ``tar -C <log dir> <job id>``).
 
     Up to ``inline_max`` bytes -> ``{"inline": base64 text, "path": None, "size"}`` and no file is
-    left; larger -> written to ``path`` (``{"inline": None, "path": path, "size"}``), for the
-    controller to fetch and remove.
+    left; larger -> written under a new directory of its own, named ``path``'s file name
+    (``{"inline": None, "path": <that file>, "remove": <its directory>, "size"}``), for the
+    controller to fetch, then remove the directory.
+
+    That directory is made in ``spool`` (default: /var/tmp, on disk; the system's temporary
+    directory where there is none), mode 0700: not in the log directory beside ``path``, which the
+    job's account owns. There the account could swap the finished archive for a link between this
+    call and the controller's fetch (a separate call that reads the file by its name), and the
+    fetch would read the link's target as root; in a sticky directory it cannot rename or replace
+    a directory of root's.
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
@@ -147,16 +157,18 @@ def pack_job_dir(job_dir, path, inline_max=INLINE_MAX):
     data = buffer.getvalue()
     if len(data) <= inline_max:
         return {"inline": base64.b64encode(data).decode("ascii"), "path": None, "size": len(data)}
-    # ``path`` lies in the job account's log directory: whatever stands there (a link to a file of
-    # root's, planted before) is removed, never written through; the archive is a new file.
+    if spool is None:
+        spool = "/var/tmp" if os.path.isdir("/var/tmp") else None
+    private = tempfile.mkdtemp(prefix="multinode-training-logs-", dir=spool)
+    target = os.path.join(private, os.path.basename(path))
     try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(data)
-    return {"inline": None, "path": path, "size": len(data)}
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except OSError:
+        shutil.rmtree(private, ignore_errors=True)
+        raise
+    return {"inline": None, "path": target, "remove": private, "size": len(data)}
 
 
 def _entry(name, st):

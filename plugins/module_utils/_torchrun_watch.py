@@ -41,7 +41,7 @@ import socket
 import sys
 import threading
 import time
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 TERMINAL = ("succeeded", "failed", "stopped")
 # Errors a rank raises because a peer died (the same list as _torchrun.PEER_ERROR_RE; this file is
@@ -230,6 +230,36 @@ def consequences(ranks_by_node, first):
 
 # ---------------------------------------------------------------- node side (acts)
 
+def open_dir(path):
+    """The directory ``path`` -> a descriptor of it (O_PATH: for ``dir_fd`` only), or None.
+
+    Walked one name at a time from ``/`` (``path`` is absolute) without letting the kernel follow a
+    link: a link on the way is followed only where root owns it (``/var/run``, a log directory an
+    operator linked elsewhere), never one of another account's. The job's account owns its job
+    directory and the log directory that holds it: a link it puts there in place of a directory
+    (``ranks``, ``exits``, the job directory itself) would have root read the files of the same
+    names in the directory it points to (another job's logs, a file of root's)."""
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        for name in path.split("/"):
+            if name in ("", "."):
+                continue
+            step = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
+            st = os.fstat(step)
+            if S_ISLNK(st.st_mode) and st.st_uid == 0:
+                os.close(step)
+                step = os.open(name, os.O_PATH | os.O_DIRECTORY, dir_fd=fd)
+            elif not S_ISDIR(st.st_mode):
+                os.close(step)
+                raise NotADirectoryError(path)
+            os.close(fd)
+            fd = step
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
 def open_regular(path, dir_fd=None):
     """``path`` (relative to ``dir_fd`` where given) opened for reading -> (fd, its fstat) where it is a
     regular file, else (None, None); the caller closes the fd.
@@ -237,11 +267,21 @@ def open_regular(path, dir_fd=None):
     Root reads the job's files in a directory that the job's account owns, and the account may put
     a link there to a file of root's (whose text would reach the controller) or a FIFO (a read that
     never ends): the last name is not followed (O_NOFOLLOW), and only a regular file is kept (opened
-    non-blocking: opening a FIFO does not wait for a writer)."""
+    non-blocking: opening a FIFO does not wait for a writer). An absolute ``path``'s directories are
+    walked by ``open_dir`` (no link of another account's on the way)."""
+    parent = None
+    if dir_fd is None and os.path.isabs(path):
+        parent = open_dir(os.path.dirname(path))
+        if parent is None:
+            return None, None
+        dir_fd, path = parent, os.path.basename(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError:
         return None, None
+    finally:
+        if parent is not None:
+            os.close(parent)
     try:
         st = os.fstat(fd)
     except OSError:

@@ -206,7 +206,9 @@ options:
   archive:
     description:
       - With O(follow_limit) - pack the job directory when the job ended (RV(archive)); an archive larger than
-        O(archive_inline_max) bytes is written to this path on the node for the controller to fetch and remove.
+        O(archive_inline_max) bytes is written under a new directory of its own (mode 0700, in C(/var/tmp)) with
+        this path's file name, for the controller to fetch, then remove with its directory (C(remove) in RV(archive)),
+        not beside this path in the log directory that the job's account owns.
         The action sets it from its C(collect_to) (a controller directory the job directory is unpacked into).
     type: path
   archive_inline_max:
@@ -474,7 +476,8 @@ lost:
 archive:
   description:
     - The job directory packed for the controller - C(inline) (base64 of the tar.gz, or null), C(path) (the file
-      on the node when too big for inline, or null), C(size); the action unpacks it and drops it from the result.
+      on the node when too big for inline, or null) and C(remove) (its private directory, to remove after the
+      fetch), C(size); the action unpacks it and drops it from the result.
   returned: with O(archive), when the job ended
   type: dict
 survivors:

@@ -500,6 +500,70 @@ def test_job_files_are_read_without_following_a_link_or_waiting_on_a_fifo(tmp_pa
     assert read_json(str(job_dir / "torchrun.log")) is None
 
 
+def _other_jobs_ranks(tmp_path, job_dir):
+    """A copy of the job's ``ranks`` tree elsewhere, every file's text replaced by another job's
+    secret (the files root would read through a link the account put in place of ``ranks``)."""
+    other = tmp_path / "other-job-ranks"
+    shutil.copytree(os.path.join(job_dir, "ranks"), str(other))
+    for root, _dirs, files in os.walk(str(other)):
+        for name in files:
+            text = json.dumps({"message": {"message": "SECRET OF ANOTHER JOB", "extraInfo": {}}}) \
+                if name == "error.json" else "SECRET OF ANOTHER JOB\n"
+            with open(os.path.join(root, name), "w") as handle:
+                handle.write(text)
+    return other
+
+
+@pytest.mark.parametrize("owner, followed", [(ACCOUNT[0], False), (0, True)])
+def test_collect_reads_nothing_through_a_directory_the_account_swapped_for_a_link(tmp_path, owner, followed):
+    """The account owns its job directory: ``ranks`` swapped for a link of its own (to another
+    job's ranks, files of the same names) is not read through; a link of root's is (the rule)."""
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    other = _other_jobs_ranks(tmp_path, job_dir)
+    shutil.rmtree(os.path.join(job_dir, "ranks"))
+    os.symlink(str(other), os.path.join(job_dir, "ranks"))
+    os.lchown(os.path.join(job_dir, "ranks"), owner, owner)
+    out = collect(job_dir, load(job_dir, "job.json"), load(job_dir, "result.json"), 5, "vm")
+    assert ("SECRET OF ANOTHER JOB" in json.dumps(out)) is followed
+    assert out["rc"] == 1  # the job directory's own files are still read
+
+
+def test_a_job_directory_swapped_for_a_link_of_the_accounts_is_not_read(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    moved = str(tmp_path / "elsewhere")
+    os.rename(job_dir, moved)
+    os.symlink(moved, job_dir)
+    os.lchown(job_dir, *ACCOUNT)
+    assert read_json(os.path.join(job_dir, "result.json")) is None
+    assert read_json(os.path.join(moved, "result.json"))["rc"] == 0
+
+
+def test_open_dir_follows_roots_links_only(tmp_path):
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import open_dir
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (real / "sub" / "f").write_text("x")
+    os.symlink(str(real), str(tmp_path / "roots"))
+    os.symlink(str(real), str(tmp_path / "accounts"))
+    os.lchown(str(tmp_path / "accounts"), *ACCOUNT)
+
+    def where(path):
+        fd = open_dir(path)
+        if fd is None:
+            return None
+        try:
+            return os.readlink("/proc/self/fd/%d" % fd)
+        finally:
+            os.close(fd)
+
+    assert where(str(tmp_path / "roots" / "sub")) == str(real / "sub")
+    assert where(str(tmp_path / "accounts" / "sub")) is None
+    assert where(str(real / "sub" / "f")) is None  # a file is no directory
+    assert where(str(real / "missing")) is None
+    assert where(str(real / "sub" / ".." / "sub")) == str(real / "sub")
+    assert where("/") == "/"
+
+
 def test_collect_reads_no_error_file_outside_the_job_directory(tmp_path):
     """torchrun.log is the account's: an error_file line naming a file elsewhere (root's) is not
     read; the rank's own error.json in the job directory is."""

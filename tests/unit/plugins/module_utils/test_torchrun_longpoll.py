@@ -172,29 +172,45 @@ def test_pack_inline_then_unpack_strips_the_top_directory(tmp_path):
         assert a.read() == b.read()
 
 
-def test_pack_big_archive_goes_to_the_file(tmp_path):
+def test_pack_big_archive_goes_to_a_private_directory_of_its_own(tmp_path):
     job_dir = job_copy(tmp_path, "ok_1node")
-    path = str(tmp_path / "big.tgz")
-    packed = col.pack_job_dir(job_dir, path, inline_max=10)
-    assert packed["inline"] is None and packed["path"] == path
-    assert os.stat(path).st_mode & 0o777 == 0o600
-    with open(path, "rb") as handle:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    path = str(tmp_path / "logs" / "big.tgz")  # the log directory: not written
+    packed = col.pack_job_dir(job_dir, path, inline_max=10, spool=str(spool))
+    assert packed["inline"] is None and not os.path.exists(path)
+    assert os.path.dirname(packed["path"]) == packed["remove"]
+    assert os.path.dirname(packed["remove"]) == str(spool) and os.path.basename(packed["path"]) == "big.tgz"
+    assert os.stat(packed["remove"]).st_mode & 0o777 == 0o700
+    assert os.stat(packed["path"]).st_mode & 0o777 == 0o600
+    with open(packed["path"], "rb") as handle:
         assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
+    again = col.pack_job_dir(job_dir, path, inline_max=10, spool=str(spool))
+    assert again["remove"] != packed["remove"]  # a new directory each time, nothing reused
 
 
-def test_a_big_archive_never_writes_through_what_the_account_planted_at_its_name(tmp_path):
-    """The archive's name lies in the job account's log directory: a link planted there (to a file
-    of root's) is replaced by the archive, the file it points to is left as it was."""
+def test_a_big_archive_is_not_left_in_the_log_directory_the_account_owns(tmp_path):
+    """The archive's name lies in the job account's log directory, which the account may change
+    between the pack and the controller's fetch by name: what it planted there (a link to a file
+    of root's) is neither written through nor where the archive goes."""
     job_dir = job_copy(tmp_path, "ok_1node")
     victim = tmp_path / "shadow"
     victim.write_text("root:secret\n")
     path = str(tmp_path / "big.tgz")
     os.symlink(str(victim), path)
-    packed = col.pack_job_dir(job_dir, path, inline_max=10)
-    assert packed["path"] == path and not os.path.islink(path)
-    assert victim.read_text() == "root:secret\n"
-    with open(path, "rb") as handle:
-        assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
+    packed = col.pack_job_dir(job_dir, path, inline_max=10, spool=str(tmp_path))
+    assert os.path.islink(path) and victim.read_text() == "root:secret\n"
+    assert packed["path"] != path and os.path.realpath(packed["path"]) == packed["path"]
+
+
+def test_a_big_archive_spools_to_var_tmp_by_default(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "big.tgz"), inline_max=10)
+    try:
+        assert os.path.dirname(packed["remove"]) == "/var/tmp"
+        assert os.path.basename(packed["remove"]).startswith("multinode-training-logs-")
+    finally:
+        shutil.rmtree(packed["remove"])
 
 
 def _archived(packed):
