@@ -10,7 +10,11 @@
 #               stop-check, log collection, report).
 # It prints the wall-clock seconds, the difference, and the median of each, and per mode and size the
 # median CPU seconds of the controller side (ansible-playbook and its workers: ctl_cpu; with all the
-# nodes on this machine, the rest of the machine's CPU went to the nodes); it asserts nothing.
+# nodes on this machine, the rest of the machine's CPU went to the nodes), and the median seconds of
+# train.yml outside the job's own run (around: its wall clock minus the span from the first node's
+# start of torchrun to the last node's end, from the job records it brought home, job.json and
+# result.json; the by-hand run's noise is not in it, the job's slowdown by what runs beside it is
+# not either); it asserts nothing.
 # KEEP=<dir> keeps the train.yml logs and the collected job directories.
 #
 # Modes (MODES, default "local docker ssh"):
@@ -161,8 +165,9 @@ inventory() {  # mode N -> inventory file
 }
 
 with_ansible() {  # project mode N run -> seconds
-  local project=$1 mode=$2 n=$3 run=$4 start inv=() extra=() log
+  local project=$1 mode=$2 n=$3 run=$4 start inv=() extra=() log job wall
   log="$WORK/ansible-$(basename "$project")-$mode-$n-$run.log"
+  job="ansible-$mode-$n-$run-$RANDOM"
   if [ "$mode" = local ]; then
     extra=(-e "train_cpu_nproc=$LOCAL_NPROC")
   else
@@ -175,9 +180,25 @@ with_ansible() {  # project mode N run -> seconds
   ANSIBLE_CONFIG=$project/ansible.cfg /usr/bin/time -f '%U %S' -o "$log.cpu" ansible-playbook "${inv[@]}" \
     "$project/train.yml" --skip-tags prepare,nccl \
     "${extra[@]}" -e "train_rdzv_port=$PORT" -e "{\"train_args\": [\"$JOB_ARGS\"]}" -e train_runs_dir="$WORK/runs" \
-    -e train_job_id="ansible-$mode-$n-$run-$RANDOM" >"$log" 2>&1 \
+    -e train_job_id="$job" >"$log" 2>&1 \
     || { echo "train.yml run failed: $log" >&2; tail -30 "$log" >&2; exit 1; }
-  echo "$(now) - $start" | bc
+  wall=$(echo "$(now) - $start" | bc)
+  echo "$wall - $(job_span "$WORK/runs/$job")" | bc >"$log.around"
+  echo "$wall"
+}
+job_span() {  # collected job directory -> seconds from the first node's start to the last node's end
+  python3 - "$1" <<'PY'
+import glob, json, os, sys
+starts, ends = [], []
+for node in glob.glob(os.path.join(sys.argv[1], "*")):
+    with open(os.path.join(node, "job.json")) as job, open(os.path.join(node, "result.json")) as result:
+        starts.append(json.load(job)["start"])
+        ends.append(json.load(result)["end"])
+print("%.3f" % (max(ends) - min(starts)))
+PY
+}
+around_job() {  # project mode N run -> train.yml's seconds outside the job's own run
+  cat "$WORK/ansible-$(basename "$1")-$2-$3-$4.log.around"
 }
 controller_cpu() {  # project mode N run -> CPU seconds of the controller side of that run
   awk '{print $1 + $2}' "$WORK/ansible-$(basename "$1")-$2-$3-$4.log.cpu"
@@ -209,6 +230,7 @@ for mode in $MODES; do
         ans=$(with_ansible "$project" "$mode" "$n" "$run")
         add=$(echo "$ans - $hand" | bc)
         col[t$i]+="$ans " col[a$i]+="$add " col[c$i]+="$(controller_cpu "$project" "$mode" "$n" "$run") "
+        col[o$i]+="$(around_job "$project" "$mode" "$n" "$run") "
         line+=$(printf ' %9.2f %9.2f' "$ans" "$add")
         i=$((i + 1))
       done
@@ -222,8 +244,11 @@ for mode in $MODES; do
     line=$(printf '%-7s %-6s %-6s %9s' "$mode" "$n" ctl_cpu "")
     for i in "${!labels[@]}"; do line+=$(printf ' %9.2f %9s' "$(echo "${col[c$i]}" | median)" ""); done
     echo "$line"
+    line=$(printf '%-7s %-6s %-6s %9s' "$mode" "$n" around "")
+    for i in "${!labels[@]}"; do line+=$(printf ' %9.2f %9s' "$(echo "${col[o$i]}" | median)" ""); done
+    echo "$line"
     unset col
   done
 done
-echo "(seconds; +<commit>: train.yml minus by hand; ctl_cpu: median CPU seconds of ansible-playbook and its workers. job: smoke_train.py $JOB_ARGS; containers: $NPROC process(es)" \
+echo "(seconds; +<commit>: train.yml minus by hand; ctl_cpu: median CPU seconds of ansible-playbook and its workers; around: median seconds of train.yml outside the run of the job. job: smoke_train.py $JOB_ARGS; containers: $NPROC process(es)" \
   "per node, local: $LOCAL_NPROC; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
