@@ -44,6 +44,8 @@ import time
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 TERMINAL = ("succeeded", "failed", "stopped")
+# Links open_dir follows on one path before it gives up (the kernel's own limit, ELOOP).
+MAX_LINKS = 40
 # Errors a rank raises because a peer died (the same list as _torchrun.PEER_ERROR_RE; this file is
 # standard library only): the first such failure does not name the cause when a node was lost.
 PEER_RE = re.compile(
@@ -235,25 +237,43 @@ def open_dir(path):
 
     Walked one name at a time from ``/`` (``path`` is absolute) without letting the kernel follow a
     link: a link on the way is followed only where root owns it (``/var/run``, a log directory an
-    operator linked elsewhere), never one of another account's. The job's account owns its job
-    directory and the log directory that holds it: a link it puts there in place of a directory
-    (``ranks``, ``exits``, the job directory itself) would have root read the files of the same
-    names in the directory it points to (another job's logs, a file of root's)."""
+    operator linked elsewhere), and its target is walked the same way, so a link of another
+    account's is refused there too, never followed by the kernel on root's behalf. The job's
+    account owns its job directory and the log directory that holds it: a link it puts there in
+    place of a directory (``ranks``, ``exits``, the job directory itself, or a directory on the
+    way that a link of root's points through) would have root read the files of the same names in
+    the directory it points to (another job's logs, a file of root's)."""
+    names = path.split("/")[::-1]  # a stack: the next name last
+    hops = 0
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
     try:
-        for name in path.split("/"):
+        while names:
+            name = names.pop()
             if name in ("", "."):
                 continue
             step = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
-            st = os.fstat(step)
-            if S_ISLNK(st.st_mode) and st.st_uid == 0:
+            try:
+                st = os.fstat(step)
+                if S_ISLNK(st.st_mode):
+                    hops += 1
+                    if st.st_uid != 0 or hops > MAX_LINKS:
+                        raise PermissionError(path)
+                    target = os.readlink("", dir_fd=step)  # the link opened, not its name again
+            except OSError:
                 os.close(step)
-                step = os.open(name, os.O_PATH | os.O_DIRECTORY, dir_fd=fd)
-            elif not S_ISDIR(st.st_mode):
+                raise
+            if S_ISLNK(st.st_mode):
                 os.close(step)
-                raise NotADirectoryError(path)
+                names.extend(target.split("/")[::-1])
+                if target.startswith("/"):
+                    root = os.open("/", os.O_PATH | os.O_DIRECTORY)
+                    os.close(fd)
+                    fd = root
+                continue
             os.close(fd)
             fd = step
+            if not S_ISDIR(st.st_mode):
+                raise NotADirectoryError(path)
     except OSError:
         os.close(fd)
         return None

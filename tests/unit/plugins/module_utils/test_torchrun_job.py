@@ -538,8 +538,19 @@ def test_a_job_directory_swapped_for_a_link_of_the_accounts_is_not_read(tmp_path
     assert read_json(os.path.join(moved, "result.json"))["rc"] == 0
 
 
-def test_open_dir_follows_roots_links_only(tmp_path):
+def where(path):
+    """The directory open_dir opened for ``path`` (its name, from /proc), or None."""
     from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import open_dir
+    fd = open_dir(path)
+    if fd is None:
+        return None
+    try:
+        return os.readlink("/proc/self/fd/%d" % fd)
+    finally:
+        os.close(fd)
+
+
+def test_open_dir_follows_roots_links_only(tmp_path):
     real = tmp_path / "real"
     (real / "sub").mkdir(parents=True)
     (real / "sub" / "f").write_text("x")
@@ -547,21 +558,71 @@ def test_open_dir_follows_roots_links_only(tmp_path):
     os.symlink(str(real), str(tmp_path / "accounts"))
     os.lchown(str(tmp_path / "accounts"), *ACCOUNT)
 
-    def where(path):
-        fd = open_dir(path)
-        if fd is None:
-            return None
-        try:
-            return os.readlink("/proc/self/fd/%d" % fd)
-        finally:
-            os.close(fd)
-
     assert where(str(tmp_path / "roots" / "sub")) == str(real / "sub")
     assert where(str(tmp_path / "accounts" / "sub")) is None
     assert where(str(real / "sub" / "f")) is None  # a file is no directory
     assert where(str(real / "missing")) is None
     assert where(str(real / "sub" / ".." / "sub")) == str(real / "sub")
     assert where("/") == "/"
+
+
+def _fds():
+    return sorted(os.listdir("/proc/self/fd"))
+
+
+def test_open_dir_walks_the_target_of_roots_link_the_same_way(tmp_path):
+    """A link of root's is followed by walking its target name by name: an account's link on the
+    target's way is refused there as well (the kernel, resolving the whole target, would follow
+    it); relative targets, chains of root's links and loops; no descriptor is left open."""
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun_watch import MAX_LINKS
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    home = tmp_path / "home"  # the account's directory, where it put a link of its own
+    home.mkdir()
+    os.symlink(str(real), str(home / "logs"))
+    os.lchown(str(home / "logs"), *ACCOUNT)
+    os.symlink(str(home / "logs"), str(tmp_path / "through-accounts"))  # root's, absolute target
+    os.symlink("real", str(tmp_path / "relative"))  # root's, relative target
+    os.symlink("../real/./sub", str(home / "up"))  # root's, relative with ..
+    os.symlink(str(tmp_path / "relative"), str(tmp_path / "chain"))  # root's link to root's link
+    os.symlink("loop-b", str(tmp_path / "loop-a"))
+    os.symlink("loop-a", str(tmp_path / "loop-b"))
+
+    before = _fds()
+    assert where(str(tmp_path / "through-accounts" / "sub")) is None
+    assert os.path.isdir(str(tmp_path / "through-accounts" / "sub"))  # where the kernel would have gone
+    assert where(str(tmp_path / "relative" / "sub")) == str(real / "sub")
+    assert where(str(home / "up")) == str(real / "sub")
+    assert where(str(tmp_path / "chain" / "sub")) == str(real / "sub")
+    assert where(str(tmp_path / "loop-a")) is None
+    deep = tmp_path / "deep"
+    deep.mkdir()
+    previous = str(real)
+    for n in range(MAX_LINKS + 1):
+        os.symlink(previous, str(deep / str(n)))
+        previous = str(deep / str(n))
+    assert where(str(deep / str(MAX_LINKS - 1))) == str(real)
+    assert where(str(deep / str(MAX_LINKS))) is None
+    assert _fds() == before
+
+
+def test_open_dir_closes_what_it_opened_when_a_step_fails(tmp_path, monkeypatch):
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as watch
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    real_fstat = os.fstat
+    calls = []
+
+    def failing_fstat(fd):
+        calls.append(fd)
+        if len(calls) == 3:
+            raise OSError(5, "EIO")
+        return real_fstat(fd)
+
+    before = _fds()
+    monkeypatch.setattr(watch.os, "fstat", failing_fstat)
+    assert watch.open_dir(str(tmp_path / "a" / "b")) is None
+    monkeypatch.setattr(watch.os, "fstat", real_fstat)
+    assert len(calls) == 3 and _fds() == before
 
 
 def test_collect_reads_no_error_file_outside_the_job_directory(tmp_path):
