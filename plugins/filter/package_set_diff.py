@@ -1,11 +1,13 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filter: packages whose version differs between the nodes' venvs (see package_set_diff.yml)."""
+"""Filters: packages whose version differs between the nodes' venvs, and the nodes whose venv is not the
+job requirements' (see package_set_diff.yml, package_lock_problems.yml)."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.module_utils._package_set import differences
+from ansible_collections.multinode.training.plugins.module_utils._requirements import lock_problems
 
 
 def package_set_diff(sets):
@@ -16,8 +18,18 @@ def package_set_diff(sets):
     return differences({str(node): [str(s) for s in specs or []] for node, specs in sets.items()})
 
 
+def package_lock_problems(probes, venv="", lock=None, requirements=None):
+    """{node: train_probe result} -> ['node1: the venv ... does not hold ...: pkg: ...', ...]."""
+    if not isinstance(probes, dict):
+        raise AnsibleFilterError("package_lock_problems expects {node: train_probe result}, got %s"
+                                 % type(probes).__name__)
+    packages = {str(node): [str(s) for s in ((probe or {}).get("environment") or {}).get("packages") or []]
+                for node, probe in probes.items() if ((probe or {}).get("environment") or {}).get("packages")}
+    return lock_problems(packages, venv, [str(s) for s in lock or []], [str(s) for s in requirements or []])
+
+
 class FilterModule:
     """multinode.training package set filters."""
 
     def filters(self):
-        return {"package_set_diff": package_set_diff}
+        return {"package_set_diff": package_set_diff, "package_lock_problems": package_lock_problems}

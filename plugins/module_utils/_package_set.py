@@ -40,3 +40,29 @@ def differences(sets):
                  for version, nodes in ordered]
         lines.append("%s: %s" % (name, "; ".join(parts)))
     return lines
+
+
+# What a fresh venv holds before anything is installed into it (python -m venv seeds pip, and
+# setuptools before Python 3.12): not part of a lock, never counted as extra.
+VENV_SEED = ("pip", "setuptools")
+
+
+def lock_differences(installed, lock, seed=VENV_SEED):
+    """[name==version] installed in a venv, [name==version] of its lock -> one line per package that differs.
+
+    Every package of the lock must be installed at the locked version; a package installed but not in
+    the lock is extra (the venv's seed packages excepted, unless the lock pins them). Empty: the venv
+    holds exactly the lock.
+    """
+    have, want = parse_set(installed), parse_set(lock)
+    lines = []
+    for name in sorted(set(have) | set(want)):
+        if name not in want:
+            if name not in seed:
+                lines.append("%s==%s installed, not in the lock" % (name, have[name]))
+        elif name not in have:
+            lines.append("%s: the lock has %s, not installed" % (name, want[name]))
+        elif have[name] != want[name]:
+            lines.append("%s: the lock has %s, installed %s" % (name, want[name], have[name]))
+    return lines
+

@@ -11,9 +11,12 @@ import hashlib
 import json
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils._package_set import lock_differences, parse_set
+
 try:
     from packaging.requirements import InvalidRequirement, Requirement
     from packaging.utils import canonicalize_name
+    from packaging.version import InvalidVersion, Version
     HAS_PACKAGING = True
 except ImportError:  # pragma: no cover - packaging ships with ansible-core
     HAS_PACKAGING = False
@@ -223,3 +226,56 @@ def read_lock(text):
             entries.append({"name": match.group(1), "version": match.group(2), "sha256": match.group(3),
                             "filename": match.group(4), "pinned": None})
     return digest, entries
+
+
+def unmet_requirements(installed, requirements):
+    """[name==version] installed, [PEP 508 requirement] -> one line per requirement the set does not meet.
+
+    A requirement whose environment marker does not apply (evaluated here, on the controller) is
+    skipped; a version outside the specifier or a package not installed is named.
+    """
+    have = parse_set(installed)
+    lines = []
+    for line in requirements:
+        text = line.split(" #", 1)[0].strip()  # a requirements file's line: comments, pip options skipped
+        if not text or text.startswith(("#", "-")):
+            continue
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue  # refused with its file and line by the lock step (wheel_requirements_lock)
+        if req.marker is not None and not req.marker.evaluate():
+            continue
+        name = canonicalize_name(req.name)
+        if name not in have:
+            lines.append("%s: not installed" % text)
+            continue
+        try:
+            ok = req.specifier.contains(Version(have[name]), prereleases=True)
+        except InvalidVersion:
+            ok = False
+        if not ok:
+            lines.append("%s: installed %s" % (text, have[name]))
+    return lines
+
+
+def lock_problems(packages, venv, lock=None, requirements=None):
+    """{node: [name==version] of its venv} -> one line per node whose venv is not the job's.
+
+    With the lock of this run (wheel_distribute resolved it: every package of the environment), a node
+    must hold exactly the lock; without it (the nodes were not prepared in this run), a node must meet
+    the job requirements. Each line names the node, the venv and every differing package.
+    """
+    lines = []
+    for node in sorted(packages):
+        if lock:
+            diff, against = lock_differences(packages[node], lock), "the job requirements' lock"
+        elif requirements:
+            diff, against = unmet_requirements(packages[node], requirements), "the job requirements"
+        else:
+            continue
+        if diff:
+            lines.append("%s: the venv %s does not hold %s: %s; valid: the venv that "
+                         "multinode.training.wheel_distribute installs from train_requirements / "
+                         "train_requirements_file (run with tag prepare)" % (node, venv, against, " | ".join(diff)))
+    return lines

@@ -16,6 +16,7 @@ import re
 
 from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _fatbin, _manifest
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import cpuinfo_flags
+from ansible_collections.multinode.training.plugins.module_utils._package_set import lock_differences
 
 MARKER_NAME = ".multinode-training.json"
 PROBE_SENTINEL = "@@wheel_distribute@@"
@@ -617,13 +618,42 @@ def venv_facts(path):
         if os.path.isfile(version_py):
             facts["torch_cuda"] = parse_torch_cuda(_read(version_py))
         break
+    facts["packages"] = venv_packages(path)
     return facts
 
 
-def installed(manifest, venv):
-    """True when the venv already holds this exact wheel, verified (the idempotence marker)."""
+def venv_packages(path):
+    """Every distribution installed in the venv's site-packages, as sorted name==version (read from
+    each dist-info's METADATA, nothing imported): what the wheel_distribute guard compares with the
+    job requirements' lock."""
+    import glob
+    import os
+
+    packages = set()
+    for meta in glob.glob(os.path.join(path, "lib", "python*", "site-packages", "*.dist-info", "METADATA")):
+        name = version = None
+        for line in _read(meta).splitlines():
+            if not line.strip():
+                break
+            key, _sep, value = line.partition(":")
+            if key == "Name" and name is None:
+                name = value.strip()
+            elif key == "Version" and version is None:
+                version = value.strip()
+        if name:
+            packages.add("%s==%s" % (name, version or ""))
+    return sorted(packages)
+
+
+def installed(manifest, venv, lock_sha256="", lock_packages=None):
+    """True when the venv already holds this exact wheel, verified (the idempotence marker), installed
+    with the job requirements' lock of this run (its sha256; empty: no job requirements) and, with a
+    lock, holding exactly the lock's packages (lock_packages, name==version): a changed, added or
+    removed requirement, or a package changed by hand, makes a new release."""
     marker = venv.get("marker") or {}
     return (venv.get("state") == "directory"
             and marker.get("wheel_sha256") == manifest.get("wheel_sha256")
             and marker.get("torch") == (manifest.get("torch") or {}).get("version")
-            and marker.get("verified") is True)
+            and marker.get("verified") is True
+            and (marker.get("requirements_sha256") or "") == (lock_sha256 or "")
+            and not (lock_packages and lock_differences(venv.get("packages") or [], lock_packages)))

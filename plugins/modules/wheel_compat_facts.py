@@ -59,6 +59,13 @@ options:
     description: sha256 of the job requirements lock the venv must have been installed with (empty for none).
     type: str
     default: ''
+  lock_packages:
+    description:
+      - The job requirements' lock as C(name==version), every package of the environment. The venv must hold
+        exactly these (its seed packages pip and setuptools excepted), or it is neither RV(installed)
+        nor RV(current). Omitted without job requirements.
+    type: list
+    elements: str
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 notes:
@@ -123,8 +130,14 @@ venv:
     torch_cuda:
       description: CUDA version that torch was built with, null for a CPU build or no torch.
       type: str
+    packages:
+      description: Every distribution in the venv's site-packages, as sorted C(name==version) (dist-info METADATA).
+      type: list
+      elements: str
 installed:
-  description: True when the venv already holds this wheel (same sha256), verified by a previous run.
+  description:
+    - True when the venv already holds this wheel (same sha256), verified by a previous run, installed with
+      O(lock_sha256) and holding exactly O(lock_packages).
   returned: always
   type: bool
 gpus:
@@ -193,6 +206,7 @@ def main():
             node_dir=dict(type="path"),
             expected_files=dict(type="dict"),
             lock_sha256=dict(type="str", default=""),
+            lock_packages=dict(type="list", elements="str"),
         ),
         supports_check_mode=True,
     )
@@ -241,7 +255,7 @@ def main():
         except (IOError, OSError):
             record_text = None
         why = _wheel_dist.current_problems(manifest, venv, params["lock_sha256"], params["node_dir"],
-                                           params["expected_files"], record_text)
+                                           params["expected_files"], record_text, params["lock_packages"])
         current = not why
     module.exit_json(
         changed=False,
@@ -252,7 +266,7 @@ def main():
         problems=problems,
         python=python,
         venv=venv,
-        installed=installed(manifest, venv),
+        installed=installed(manifest, venv, params["lock_sha256"], params["lock_packages"]),
         gpus=gpus,
         notes=notes,
         cpu_flags_missing=missing_flags((manifest.get("cpu") or {}).get("flags") or [], cpuinfo),

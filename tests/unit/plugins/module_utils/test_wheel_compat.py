@@ -269,6 +269,24 @@ def test_venv_facts_reads_torch_and_marker(tmp_path):
     assert not wc.installed(dict(m, wheel_sha256="0" * 64), facts)
     facts["marker"] = dict(marker, verified=False)
     assert not wc.installed(m, facts)
+    assert facts["packages"] == ["torch==2.8.0+cu128"]
+
+
+def test_installed_needs_this_runs_requirements_lock(tmp_path):
+    """A venv of this wheel installed with other (or no) job requirements is not installed: the bug where
+    a changed train_requirements was copied to the nodes and never installed."""
+    m = manifest()
+    marker = {"wheel_sha256": m["wheel_sha256"], "torch": m["torch"]["version"], "verified": True,
+              "requirements_sha256": "a" * 64}
+    lock = ["torch==%s" % m["torch"]["version"], "accelerate==1.15.0"]
+    facts = {"state": "directory", "marker": marker, "packages": lock + ["pip==24.0", "setuptools==66.1.1"]}
+    assert wc.installed(m, facts, "a" * 64, lock)
+    assert not wc.installed(m, facts, "b" * 64, lock)  # requirements added or changed: another lock
+    assert not wc.installed(m, facts, "", None)  # every requirement removed: back to the base set
+    assert not wc.installed(m, dict(marker=dict(marker, requirements_sha256=""), state="directory"), "a" * 64, lock)
+    # the same lock, a package changed by hand on the node
+    assert not wc.installed(m, dict(facts, packages=lock[:1] + ["accelerate==1.0.0"]), "a" * 64, lock)
+    assert not wc.installed(m, dict(facts, packages=lock + ["six==1.17.0"]), "a" * 64, lock)
 
 
 # ---------------------------------------------------------------- the whole guard

@@ -121,7 +121,14 @@ def test_current_node_and_each_reason_it_is_not(tmp_path):
     (node / "wheelhouse" / "t.whl").write_bytes(b"torch")
     # another wheel, or a requirements lock the install did not use
     assert "marker" in _wheel_dist.current_problems(dict(m, wheel_sha256="b" * 64), facts, "", str(node), expected, record)[0]
-    assert "marker" in _wheel_dist.current_problems(m, facts, "c" * 64, str(node), expected, record)[0]
+    assert _wheel_dist.current_problems(m, facts, "c" * 64, str(node), expected, record) == [
+        "the venv was installed with another job requirements lock (none, this run's: %s)" % ("c" * 64)]
+    # the lock's packages: exactly these in the venv, or the node is not current
+    lock = ["torch==2.13.0+cpu", "accelerate==1.15.0"]
+    assert _wheel_dist.current_problems(m, dict(facts, packages=lock + ["pip==24.0"]), "", str(node), expected,
+                                        record, lock) == []
+    assert _wheel_dist.current_problems(m, dict(facts, packages=lock[:1]), "", str(node), expected, record, lock) == [
+        "the venv differs from the job requirements' lock: accelerate: the lock has 1.15.0, not installed"]
     # an op binary changed after the install
     site = os.path.join(facts["target"], "lib", "python3.11", "site-packages")
     with open(os.path.join(site, m["ops"][0]["file"]), "wb") as handle:
