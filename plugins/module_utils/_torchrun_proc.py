@@ -25,7 +25,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun_super
     job_markers,
     process_state,
     read_bytes,
-    read_environ,
+    settled_environ,
 )
 
 __all__ = ["GONE", "alive", "describe", "find_job_processes", "leads_the_job", "process_state", "stop_job",
@@ -61,16 +61,7 @@ def leads_the_job(pgid, found, job_id, proc="/proc", job_dir=None, settle=1.0):
     empty environment is asked again for up to ``settle`` s."""
     if pgid in found:
         return True
-    markers = job_markers(job_id, job_dir)
-    deadline = time.time() + settle
-    while alive(pgid, proc):
-        environ = read_environ(pgid, proc)
-        if environ:
-            return carries_markers(environ, markers)
-        if time.time() >= deadline:
-            return False
-        time.sleep(0.02)
-    return False
+    return carries_markers(settled_environ(pgid, proc, settle), job_markers(job_id, job_dir))
 
 
 def stop_job(job_id, pgid=None, grace=15.0, proc="/proc", exclude=(), job_dir=None):

@@ -83,6 +83,23 @@ def read_environ(pid, proc="/proc"):
         return b""
 
 
+def settled_environ(pid, proc="/proc", settle=1.0):
+    """/proc/<pid>/environ of a live process, waiting out the moment right after its exec.
+
+    The parent of a new process learns that the exec succeeded (the close-on-exec pipe of
+    subprocess.Popen or of the module's spawn) before the kernel has set up the new image's
+    environment: /proc/<pid>/environ reads empty for a few ms (tens under load). A live process
+    whose environment reads empty is asked again for up to ``settle`` s; b"" when it is gone,
+    unreadable, or still empty after that."""
+    deadline = time.time() + settle
+    while alive(pid, proc):
+        environ = read_environ(pid, proc)
+        if environ or time.time() >= deadline:
+            return environ
+        time.sleep(0.02)
+    return b""
+
+
 def process_state(pid, proc="/proc"):
     """The one-letter state of a pid (R, S, Z, ...) or None when it is gone."""
     stat = read_bytes(os.path.join(proc, str(pid), "stat"))
@@ -189,16 +206,17 @@ def supervise(job_dir, job_id, timeout, grace, cwd, argv, poll=0.5):
     return rc
 
 
-def wake_watcher(job_dir, job_id, proc="/proc"):
+def wake_watcher(job_dir, job_id, proc="/proc", settle=1.0):
     """Tell the node's watcher (job.json's watch_pid, if it still is this job's watcher) that the job
     ended: SIGURG, which the watcher turns into the end of its nap (_torchrun_watch) and which is
-    ignored by default. The watcher reports the end at once instead of at its next turn. -> pid or None."""
+    ignored by default. The watcher reports the end at once instead of at its next turn. -> pid or None.
+    A job that ends right after it started may get here while the watcher's exec is still settling
+    (its environment reads empty): ``settled_environ`` waits that out, up to ``settle`` s."""
     try:
         with open(os.path.join(job_dir, "job.json")) as handle:
             pid = int(json.load(handle).get("watch_pid") or 0)
-        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
-            if ("MULTINODE_TRAINING_WATCH=%s" % job_id).encode() not in handle.read().split(b"\0"):
-                return None
+        if not carries_markers(settled_environ(pid, proc, settle), [("MULTINODE_TRAINING_WATCH=%s" % job_id).encode()]):
+            return None
         os.kill(pid, signal.SIGURG)
         return pid
     except (OSError, ValueError, TypeError, AttributeError):

@@ -351,6 +351,39 @@ def test_the_supervisor_wakes_the_watcher_at_the_end(tmp_path):
     assert sup.wake_watcher(str(job_dir), "other-job") is None
 
 
+def test_wake_watcher_waits_out_the_empty_environment_right_after_an_exec(tmp_path, monkeypatch):
+    """Right after the watcher's exec its /proc/<pid>/environ reads empty for a few ms (tens under
+    load; the parent's Popen or spawn has returned by then): the supervisor's wake, at the end of a
+    job that ended at once, asked once and dropped the SIGURG. It asks again until the environment
+    shows (up to ``settle`` s): a live process whose environment stays empty, or another job's
+    watcher, gets no signal."""
+    import threading
+
+    from ansible_collections.multinode.training.plugins.module_utils import _torchrun_supervisor as sup
+
+    root = tmp_path / "proc"
+    (root / "4242").mkdir(parents=True)
+    (root / "4242" / "stat").write_bytes(b"4242 (python) S 1 4242 4242")
+    (root / "4242" / "environ").write_bytes(b"")
+    (tmp_path / "job.json").write_text(json.dumps({"job_id": "j1", "watch_pid": 4242}))
+    sent = []
+    monkeypatch.setattr(sup.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    timer = threading.Timer(0.2, lambda: (root / "4242" / "environ").write_bytes(b"PATH=/bin\0MULTINODE_TRAINING_WATCH=j1\0"))
+    timer.start()
+    try:
+        assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=5.0) == 4242
+    finally:
+        timer.cancel()
+    assert sent == [(4242, w.WAKE_SIGNAL)]
+    assert sup.wake_watcher(str(tmp_path), "j2", proc=str(root)) is None
+    (root / "4242" / "environ").write_bytes(b"")
+    assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=0.3) is None
+    (root / "4242" / "stat").write_bytes(b"4242 (python) Z 1 4242 4242")  # gone: not waited for
+    (root / "4242" / "environ").write_bytes(b"MULTINODE_TRAINING_WATCH=j1\0")
+    assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=60) is None
+    assert sent == [(4242, w.WAKE_SIGNAL)]
+
+
 def test_local_succeeded_lines_are_torchruns():
     """The watcher (shipped alone) and _torchrun (shipped alone to Slurm nodes) read the same lines."""
     from ansible_collections.multinode.training.plugins.module_utils import _torchrun
