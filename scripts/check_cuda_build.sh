@@ -130,12 +130,24 @@ if [ "$(cat "$venv/.wheel_sha256" 2>/dev/null)" != "$sha" ]; then
   echo "$sha" >"$venv/.wheel_sha256"
 fi
 ext=$(mktemp -d)
-# No compiler, no nvcc, no CUDA_HOME: only the venv's own commands.
+# No compiler, no nvcc, no CUDA_HOME: only the venv's own commands (env -i drops CC, CXX,
+# CUDA_HOME...). Commands run by absolute path: that PATH holds no sh, no env.
 run_clean() { env -i HOME="$HOME" PATH="$venv/bin" DS_ACCELERATOR=cuda TORCH_EXTENSIONS_DIR="$ext" "$@"; }
-if run_clean sh -c 'command -v gcc || command -v c++ || command -v nvcc' 2>/dev/null; then
-  echo "a compiler is on the clean PATH" >&2; exit 1
-fi
-run_clean "$venv/bin/python" -c '
+# Asked first by the very python that loads the op, on its own PATH: a JIT build needs a host
+# C/C++ compiler from PATH (torch runs c++, nvcc runs gcc; torch may still guess CUDA_HOME
+# /usr/local/cuda for nvcc itself), so none may be found there, nor nvcc, nor a variable
+# naming one. (It used to be `run_clean sh -c 'command -v ...'`: no sh on that PATH, so env
+# failed with 127 and the check could never fire.)
+no_compiler='
+import os, shutil, sys
+found = {n: shutil.which(n) for n in ("c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc")}
+found = {n: p for n, p in found.items() if p}
+named = {k: v for k, v in os.environ.items() if k in ("CC", "CXX", "CUDAHOSTCXX", "NVCC_CCBIN", "CUDA_HOME", "CUDA_PATH")}
+if found or named:
+    sys.exit("a compiler is reachable from the clean environment (PATH=%s): %s" % (os.environ.get("PATH"), dict(found, **named)))
+print("  no compiler on the clean PATH (%s)" % os.environ.get("PATH"))
+'
+run_clean "$venv/bin/python" -c "$no_compiler"'
 from deepspeed.accelerator import get_accelerator
 from deepspeed.git_version_info import installed_ops
 acc = get_accelerator()
