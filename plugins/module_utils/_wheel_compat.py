@@ -106,15 +106,20 @@ def wheel_tag_problems(wheel_name, python_facts, node):
     if python_facts.get("glibc"):
         have += " with glibc %s" % python_facts["glibc"]
     problems = []
+    # named by the variable that chose the interpreter (``<node>: wheel_distribute_python="...": ...; valid: ...``)
+    where = "%s: wheel_distribute_python=%s" % (node, json.dumps(python_facts.get("executable") or "python"))
     if not any(_python_ok(t, python_facts) for t in tags["python"]):
-        problems.append("%s: wheel %s needs python tag %s, node's %s has %s" % (
-            node, wheel_name, ".".join(tags["python"]), python_facts.get("executable", "python"), have))
+        problems.append("%s: wheel %s needs python tag %s, this interpreter has %s; valid: an interpreter of "
+                        "python tag %s on every node, or a wheel built with this one" % (
+                            where, wheel_name, ".".join(tags["python"]), have, ".".join(tags["python"])))
     elif not any(_abi_ok(t, python_facts) for t in tags["abi"]):
-        problems.append("%s: wheel %s needs ABI %s, node's %s has %s" % (
-            node, wheel_name, ".".join(tags["abi"]), python_facts.get("executable", "python"), have))
+        problems.append("%s: wheel %s needs ABI %s, this interpreter has %s; valid: an interpreter of ABI %s on "
+                        "every node, or a wheel built with this one" % (
+                            where, wheel_name, ".".join(tags["abi"]), have, ".".join(tags["abi"])))
     if not any(_platform_ok(t, python_facts) for t in tags["platform"]):
-        problems.append("%s: wheel %s needs platform %s, node has %s" % (
-            node, wheel_name, ".".join(tags["platform"]), have))
+        problems.append("%s: wheel %s needs platform %s, node has %s; valid: nodes of platform %s, or a wheel "
+                        "built on one like this" % (
+                            where, wheel_name, ".".join(tags["platform"]), have, ".".join(tags["platform"])))
     return problems
 
 
@@ -370,9 +375,11 @@ def node_problems(manifest, facts, node):
     problems.extend(venv_problems(facts.get("venv") or {}, node))
     python = facts.get("python") or {}
     if python.get("error"):
-        problems.append("%s: wheel %s needs python %s, node's %s cannot run: %s" % (
-            node, manifest.get("wheel"), (manifest.get("python") or {}).get("tag"),
-            python.get("executable"), python["error"]))
+        tag = (manifest.get("python") or {}).get("tag")
+        problems.append("%s: wheel_distribute_python=%s: cannot run on this node (%s); valid: an interpreter "
+                        "path on every node, python %s for wheel %s" % (
+                            node, json.dumps(python.get("executable")), " ".join(str(python["error"]).split()),
+                            tag, manifest.get("wheel")))
     else:
         problems.extend(wheel_tag_problems(manifest["wheel"], python, node))
     problems.extend(torch_problems(manifest, facts.get("venv") or {}, node))

@@ -75,7 +75,8 @@ def test_wheel_tag_problems(wheel, python, expected):
     for text in expected:
         assert text in problems[0]
     for problem in problems:
-        assert problem.startswith("n1: wheel " + wheel)
+        assert problem.startswith('n1: wheel_distribute_python="%s": wheel %s needs ' % (python["executable"], wheel))
+        assert "; valid: " in problem
 
 
 # ---------------------------------------------------------------- CUDA arch coverage
@@ -319,8 +320,12 @@ def test_node_problems_cuda_manifest_gpu_node():
 def test_node_problems_broken_interpreter():
     facts = node_facts(python={"executable": "/usr/bin/python3", "error": "No such file or directory"})
     assert wc.node_problems(manifest(), facts, "n") == [
-        "n: wheel deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl needs python cp311, node's /usr/bin/python3 "
-        "cannot run: No such file or directory"]
+        'n: wheel_distribute_python="/usr/bin/python3": cannot run on this node (No such file or directory); '
+        'valid: an interpreter path on every node, python cp311 for wheel deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl']
+    # a failure of several lines stays one line
+    facts = node_facts(python={"executable": "/usr/bin/python9", "error": "Traceback\n  boom\nError: x"})
+    assert wc.node_problems(manifest(), facts, "n")[0].startswith(
+        'n: wheel_distribute_python="/usr/bin/python9": cannot run on this node (Traceback boom Error: x); valid: ')
 
 
 @pytest.mark.parametrize("change,expected", [
