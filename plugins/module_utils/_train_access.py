@@ -6,7 +6,11 @@
 account - resolved, or, when it is missing and the role creates it (``create``) and nothing stands
 in the way so far, created (``useradd_argv``: a system account with a home and no login shell, its
 group train_group's, in those of the wanted supplementary groups that exist); what the account
-must reach, checked as the account (``access_as``); then, only when nothing stands in the way, the
+must reach, checked as the account (``access_as``): every path the job opens (``job``: train_python
+and its venv, train_script, train_chdir, the env files - these as the module's user, which reads them
+for the job -, the config files; ``_train_security.job_checks`` decides which, and which of them the
+code copy provides), a missing one refused before the account is created where preflight follows
+(``refuse_missing``: nothing is copied on a refusing run); then, only when nothing stands in the way, the
 listener of preflight's reachability check (first node; ``_train_listener``), the account's
 directories (``ensure_directory``: changed only when created or when owner or mode differ) and,
 when preflight follows, its probe (``_train_preflight.probe_node``: the job's python, script, code,
@@ -17,12 +21,15 @@ pure decisions are _train_security's.
 """
 from __future__ import annotations
 
+import errno
+import glob
 import grp
 import inspect
 import json
 import os
 import pwd
 import select
+import stat
 import subprocess
 import sys
 
@@ -30,12 +37,15 @@ from ansible_collections.multinode.training.plugins.module_utils import _train_l
 from ansible_collections.multinode.training.plugins.module_utils._train_preflight import probe_node
 from ansible_collections.multinode.training.plugins.module_utils._train_security import (
     SecurityError,
-    check_access,
+    account_problems,
     decide_firewall,
+    job_checks,
     parse_sshd_ports,
+    path_problems,
     port_problem,
     render_table,
     table_name,
+    venv_checks,
 )
 
 MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
@@ -53,6 +63,38 @@ def _why(path):
 
 def _probe(checks):
     return [(os.access(c["path"], MODES[c["need"]]), _why(c["path"])) for c in checks]
+
+
+def path_state(path):
+    """What ``path`` is for this process: file, dir, other, missing, or unknown (stat refused it:
+    root on a root-squashed mount - the account's own check decides)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "missing" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else "unknown"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def venv_layout(python):
+    """The venv of ``<venv>/bin/python`` on this node -> (it has a pyvenv.cfg, its site-packages dirs)."""
+    root = os.path.dirname(os.path.dirname(os.path.normpath(python)))
+    has_cfg = os.path.isfile(os.path.join(root, "pyvenv.cfg"))
+    sites = {}
+    for path in sorted(glob.glob(os.path.join(root, "lib*", "python*", "site-packages")) if has_cfg else []):
+        if os.path.isdir(path):
+            sites.setdefault(os.path.realpath(path), path)  # lib64 is often a link to lib
+    return has_cfg, sorted(sites.values())
+
+
+def code_manifest(job, probe):
+    """The relative paths of train_code_src (``job``'s ``manifest``, else the probe's code manifest),
+    or None where this call does not know them."""
+    if job.get("manifest") is not None:
+        return list(job["manifest"])
+    code = (probe or {}).get("code") or {}
+    return list(code["manifest"]) if code.get("manifest") is not None else None
 
 
 def access_as(account, checks):
@@ -202,7 +244,7 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``)."""
     is_root = (os.geteuid() == 0) if is_root is None else is_root
     problems = []
-    result = dict(changed=False, access=[], problems=problems, account_missing=False, account_created=False,
+    result = dict(changed=False, access=[], paths=[], problems=problems, account_missing=False, account_created=False,
                   groups_present=[], directories=[], listener=None, probe=None)
     # 1. what needs no account: ssh's ports, the firewall tool
     text = ""
@@ -229,6 +271,23 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     except SecurityError as exc:
         result["firewall"] = {"enabled": False, "note": str(exc)}
         problems.append(str(exc))
+    # 1b. the paths the job opens, as far as the module's own user sees them: missing (refused where
+    # preflight follows, before anything is copied or an account created), of another kind, an env
+    # file it cannot read (it reads them for the job)
+    checks = [dict(c, var=c.get("var") or "path", kind=c.get("kind"), who=c.get("who") or "account",
+                   provided=bool(c.get("provided")), missing=c.get("missing") or "skip") for c in p["checks"]]
+    job = p.get("job")
+    if job:
+        checks += job_checks(job, code_manifest(job, p.get("probe")))
+    for check in checks:
+        check["state"] = path_state(check["path"])
+        if check["who"] == "self" and check["state"] == check["kind"]:
+            check["ok"] = os.access(check["path"], MODES[check["need"]])
+            check["error"] = None if check["ok"] else "Permission denied"
+            check["reader"] = pwd.getpwuid(os.geteuid()).pw_name
+    python_check = next((c for c in checks if c["var"] == "train_python" and c["who"] == "account"), None)
+    result["paths"] = [{k: c.get(k) for k in ("var", "path", "need", "who", "provided", "state")} for c in checks]
+    problems.extend(path_problems(checks))
     # 2. the account; a missing one the role creates (``create``) is created here, only when nothing
     # stood in the way so far (an existing account is never changed)
     account = None
@@ -251,16 +310,18 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
                 result["changed"] = result["account_created"] = True
                 if not check_mode:
                     exists, group_exists, account = lookup(p["user"], p["group"])
-    # 3. what the account must reach: a path that does not exist at all is preflight's to report
-    # (it names what is missing); here only what exists but the account cannot use.
+    # 3. what the account must reach
     if account:
         result["account"] = account
-        present = [c for c in p["checks"] if os.path.exists(c["path"])]
-        for check, (ok, error) in zip(present, access_as(account, present)):
-            result["access"].append(dict(var=check.get("var", "path"), path=check["path"], need=check["need"],
-                                         ok=bool(ok), error=error))
-        problems.extend("train_user=%s: %s; valid: paths the account can reach (group or mode)"
-                        % (p["user"], line) for line in check_access(result["access"]))
+        mine = [c for c in checks if c["who"] == "account" and not c["provided"] and c["state"] != "missing"
+                and (c["kind"] is None or c["state"] in (c["kind"], "unknown"))]
+        if python_check and python_check in mine and python_check["state"] == "file":
+            mine += venv_checks(python_check["path"], (p.get("job") or {}).get("venv"), *venv_layout(
+                python_check["path"]))
+        for check, (ok, error) in zip(mine, access_as(account, mine)):
+            result["access"].append(dict(var=check["var"], path=check["path"], need=check["need"], ok=bool(ok),
+                                         error=error, part_of=check.get("part_of")))
+        problems.extend(account_problems(p["user"], result["access"]))
     if problems:
         return result
     # 4. nothing stands in the way: the listener (first node), then the account's directories
@@ -301,6 +362,7 @@ ARGUMENT_SPEC = dict(
     create=dict(type="bool", default=False),
     user_groups=dict(type="list", elements="str", default=[]),
     checks=dict(type="list", elements="dict", default=[]),
+    job=dict(type="dict"),
     directories=dict(type="list", elements="dict", default=[]),
     port=dict(type="int", required=True),
     ssh_ports=dict(type="list", elements="int", default=[]),
@@ -326,6 +388,9 @@ def run_module(module):
     for entry in p["directories"]:
         if not isinstance(entry, dict) or not entry.get("path"):
             module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
+    for entry in (p.get("job") or {}).get("env_files") or []:
+        if not isinstance(entry, dict) or not entry.get("path"):
+            module.fail_json(msg="job.env_files: %r: expected {var, path}" % (entry,))
     result = access(p, module.run_command, module.get_bin_path, module.check_mode)
     if p["fail_on_problems"] and result["problems"]:
         where = "%s: " % p["node"] if p["node"] else ""

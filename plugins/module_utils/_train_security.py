@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import posixpath
 import re
 
 DEFAULT_ACCOUNT = "mtrain"
@@ -62,14 +63,157 @@ def decide_user(requested, effective_user, effective_uid, allow_root=False, defa
     return {"user": name, "create": is_root, "drop": is_root}
 
 
-def check_access(results):
-    """``[{"var", "path", "need", "ok", "error"}]`` (what the user could not do) -> problem lines."""
+VERBS = {"x": "execute", "r": "read", "w": "write", "rx": "enter"}
+KINDS = {"file": "regular file", "dir": "directory"}
+# What is valid, per variable: where the account cannot reach an existing path, and where the path is missing.
+REACH_HINTS = {
+    "train_python": "a venv the account can enter and run (group or mode; the one multinode.training."
+                    "wheel_distribute installs is)",
+    "train_script": "a file the account can read (group or mode), or train_code_src to copy it into train_code_dir",
+    "train_chdir": "a directory the account can enter (group or mode), or empty (its log directory, "
+                   "train_log_dir/<job id>)",
+    "train_code_dir": "a train_code_dir whose parent directories the account can enter (group or mode)",
+}
+REACH_HINTS["train_venv"] = REACH_HINTS["train_python"]
+ENV_FILE_HINT = ("existing KEY=VALUE files (the NCCL file comes from multinode.training.nccl_tuning, tag nccl; "
+                 "train_nccl=false leaves it out)")
+MISSING_HINTS = {
+    "train_python": "the venv that multinode.training.wheel_distribute installs (tag prepare)",
+    "train_script": "a file of train_code_src (copied into train_code_dir), or a file that exists on every node",
+    "train_chdir": "an existing directory on every node, or one that train_code_src brings into train_code_dir, "
+                   "or empty (its log directory, train_log_dir/<job id>)",
+    "train_env_files": ENV_FILE_HINT,
+    "train_nccl_env_file": ENV_FILE_HINT,
+}
+
+
+def inside(path, directory):
+    """``path`` relative to ``directory`` ("" for the directory itself), or None where it lies outside
+    (lexically: both are absolute paths on the node, normalised, links not resolved)."""
+    if not path or not directory:
+        return None
+    path, directory = posixpath.normpath(path), posixpath.normpath(directory)
+    if path == directory:
+        return ""
+    prefix = directory.rstrip("/") + "/"
+    return path[len(prefix):] if path.startswith(prefix) else None
+
+
+def job_checks(job, manifest=None):
+    """Every path the job opens on a node, and who opens it -> checks
+    ``[{"var", "path", "need", "kind", "who", "provided", "missing"}]``.
+
+    ``job``: ``python``, ``venv``, ``script`` (empty: a module job), ``chdir`` (empty: the log
+    directory, which the step makes), ``env_files`` (``[{var, path}]``), ``configs`` (``{variable:
+    controller path}`` of the accelerate / DeepSpeed configs, which travel into ``code_dir``),
+    ``code_dir``, ``sync_code``, ``refuse_missing`` (preflight follows on this node: a missing path
+    is refused here, before the code is copied; otherwise it is left to the launcher's own check).
+    ``manifest``: the relative paths train_code_src gives train_code_dir (filter code_manifest), or
+    None where they are not known here (then everything below train_code_dir counts as the copy's).
+
+    ``need``: x, r, rx as for ``os.access``; ``kind``: file or dir; ``who``: account (the job's, which
+    runs the script) or self (the module's user, root under become: it reads the env files for the job,
+    which need not be the account's); ``provided``: the copy makes it (train_sync_code, a path of the
+    manifest below train_code_dir, or train_code_dir itself, which this step gives the account) - nothing
+    to check now; ``missing``: refuse (a missing path is a problem) or skip.
+    """
+    code_dir = job.get("code_dir") or ""
+    sync = bool(job.get("sync_code"))
+    files = None if manifest is None else set(manifest)
+    missing = "refuse" if job.get("refuse_missing") else "skip"
+
+    def provided(path, kind):
+        rel = inside(path, code_dir) if sync else None
+        if rel is None:
+            return False
+        if files is None or rel == "":
+            return True
+        if kind == "dir":
+            return any(name.startswith(rel + "/") for name in files)
+        return rel in files
+
+    def check(var, path, need, kind, who="account", made=None, policy=None):
+        return {"var": var, "path": path, "need": need, "kind": kind, "who": who,
+                "provided": provided(path, kind) if made is None else made, "missing": policy or missing}
+
+    configs = [(var, posixpath.join(code_dir, posixpath.basename(src)))
+               for var, src in sorted((job.get("configs") or {}).items()) if src]
+    checks = []
+    if job.get("python"):
+        checks.append(check("train_python", job["python"], "x", "file"))
+    if code_dir and (sync or configs):
+        # the way to train_code_dir; a missing part is made by this step (root's, 0755)
+        checks.append(check("train_code_dir", posixpath.dirname(posixpath.normpath(code_dir)), "rx", "dir",
+                            made=False, policy="skip"))
+    if job.get("script"):
+        checks.append(check("train_script", job["script"], "r", "file"))
+    if job.get("chdir"):
+        checks.append(check("train_chdir", job["chdir"], "rx", "dir"))
+    for var, path in configs:  # copied by preflight into train_code_dir (missing.yml)
+        checks.append(check(var, path, "r", "file", made=True))
+    for entry in job.get("env_files") or []:
+        checks.append(check(entry.get("var") or "train_env_files", entry.get("path"), "r", "file", who="self",
+                            made=False))
+    return checks
+
+
+def venv_checks(python, venv, has_cfg, site_dirs):
+    """What the venv of ``python`` (``<venv>/bin/python``) needs from the account that runs it: its
+    ``pyvenv.cfg`` (read at start: unreadable, python silently leaves the venv and its packages) and
+    its site-packages (entered). Named train_venv where ``venv`` is that directory, else train_python;
+    ``part_of``: only worth saying where train_python itself could be run."""
+    root = posixpath.dirname(posixpath.dirname(posixpath.normpath(python)))
+    if not has_cfg:
+        return []
+    var = "train_venv" if venv and posixpath.normpath(venv) == root else "train_python"
+    out = [{"var": var, "path": posixpath.join(root, "pyvenv.cfg"), "need": "r", "kind": "file"}]
+    out += [{"var": var, "path": path, "need": "rx", "kind": "dir"} for path in sorted(site_dirs)]
+    for item in out:
+        item.update(who="account", provided=False, missing="skip", part_of="train_python")
+    return out
+
+
+def path_problems(results):
+    """What the module's own user found (``results``: the checks with ``state`` - missing, file, dir,
+    other or unknown (stat refused, e.g. root on a root-squashed mount) - and, for ``who`` self,
+    ``ok`` and ``error``) -> problem lines: a missing path or one of another kind where the check
+    refuses it (``missing`` refuse), a file the module's user cannot read. A provided path is the copy's."""
     lines = []
     for item in results:
-        if not item.get("ok"):
-            lines.append("cannot %s %s=%s (%s)" % (
-                {"x": "execute", "r": "read", "w": "write", "rx": "enter"}.get(item["need"], item["need"]),
-                item["var"], item["path"], item.get("error") or "permission denied"))
+        if item.get("provided"):
+            continue
+        var, path, state = item["var"], json.dumps(item["path"]), item.get("state")
+        if state == "missing":
+            if item.get("missing") == "refuse":
+                lines.append("%s=%s: missing on this node; valid: %s"
+                             % (var, path, MISSING_HINTS.get(var, "an existing path on every node")))
+        elif state in ("file", "dir", "other") and state != item.get("kind"):
+            if item.get("missing") == "refuse":
+                lines.append("%s=%s: not a %s on this node; valid: %s"
+                             % (var, path, KINDS.get(item.get("kind"), item.get("kind")),
+                                MISSING_HINTS.get(var, "an existing path on every node")))
+        elif item.get("who") == "self" and item.get("ok") is False:
+            lines.append("%s=%s: cannot be read on this node by %s, which reads it for the job (%s); valid: %s"
+                         % (var, path, item.get("reader") or "the play's user", item.get("error") or
+                            "Permission denied", "a file the play's user can read (mode 0600 is fine: "
+                            "the account of the job need not read it)"))
+    return lines
+
+
+def account_problems(user, results):
+    """``[{"var", "path", "need", "ok", "error", "part_of"}]`` (checked as the account ``user``) ->
+    problem lines naming account, variable and path: ``train_user=<user>: cannot <verb> <var>=<path>
+    (<why>); valid: ...``. A check that is ``part_of`` a variable already refused (its python, or another
+    part of its venv) is not repeated."""
+    lines, refused = [], set()
+    for item in results:
+        if item.get("ok") or item.get("part_of") in refused:
+            continue
+        refused.update(name for name in (item["var"], item.get("part_of")) if name)
+        lines.append("train_user=%s: cannot %s %s=%s (%s); valid: %s" % (
+            user, VERBS.get(item["need"], item["need"]), item["var"], item["path"],
+            item.get("error") or "Permission denied",
+            REACH_HINTS.get(item["var"], "paths the account can reach (group or mode)")))
     return lines
 
 

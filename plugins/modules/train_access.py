@@ -18,9 +18,17 @@ description:
     ansible.builtin.user creates a system account with a home and no login shell (C(useradd -r -m -s
     /usr/sbin/nologin), C(-g) O(group), C(-G) those of O(user_groups) that exist; C(-N) where a group of
     the account's name exists and O(group) is unset). An existing account is never changed.
+  - Before the account is created - every path the job opens (O(job)) as the module's own user sees it -
+    with C(refuse_missing) in O(job) a missing one, or one of another kind (a script that is a directory), is a
+    problem; an env file the module's user cannot read is one (the launcher reads the env files for the job,
+    as that user - they need not be the account's).
   - Checks as that account - in a child process that switched to its uid, gid and groups - that it can
-    execute, read, enter or write the given paths (the venv's python, the training code). A path that does
-    not exist for the module's own user is left out (preflight reports it as missing).
+    execute, read, enter or write the given paths (O(checks)) and the paths the job opens (O(job) -
+    C(train_python) and its venv's C(pyvenv.cfg) and site-packages, C(train_script), C(train_chdir), the way to
+    C(train_code_dir)). A path the code copy makes (C(train_sync_code) - a path of the controller's code
+    manifest below C(train_code_dir), or C(train_code_dir) itself, which this call gives the account) is not
+    checked; every other one must be reachable now. A path that does not exist for the module's own user is
+    left out here (without C(refuse_missing), the launcher's preflight reports it).
   - Only when nothing stands in the way - starts the short-lived listener of preflight's reachability check
     (O(listen), on the first node - it binds the rendezvous address, detached, accepts one connection per node
     and exits; a port in use is a problem), then makes the account's O(directories) (owner, group, mode;
@@ -56,6 +64,18 @@ options:
     type: list
     elements: dict
     default: []
+  job:
+    description:
+      - The job whose paths to check (P(multinode.training.train#role) passes its variables) - C(python)
+        (train_python), C(venv) (train_venv, for messages), C(script) (train_script; empty - a module job),
+        C(chdir) (train_chdir; empty - none), C(env_files) (dicts with C(var) and C(path)), C(configs)
+        (C({variable - controller path}) of the accelerate / DeepSpeed configs, which travel into C(code_dir)),
+        C(code_dir), C(sync_code) (train_sync_code), C(manifest) (the relative paths of train_code_src below
+        C(code_dir); unset - those of O(probe)'s C(code), else not known - everything below C(code_dir) counts
+        as the copy's) and C(refuse_missing) (a missing path is a problem here - preflight follows, which would
+        otherwise copy the code before it refuses).
+      - Unset - only O(checks).
+    type: dict
   directories:
     description:
       - Directories owned by the account (and O(group) when set) - dicts with C(var) (for messages), C(path)
@@ -151,7 +171,15 @@ account:
   returned: when the account exists
   type: dict
 access:
-  description: Per check - C(var), C(path), C(need), C(ok), C(error).
+  description: Per check made as the account - C(var), C(path), C(need), C(ok), C(error), C(part_of).
+  returned: always
+  type: list
+  elements: dict
+paths:
+  description:
+    - Per path of O(checks) and O(job) - C(var), C(path), C(need), C(who) (V(account) or V(self), the module's
+      user), C(provided) (the code copy makes it) and C(state) (V(file), V(dir), V(other), V(missing) or
+      V(unknown), as the module's user sees it).
   returned: always
   type: list
   elements: dict

@@ -109,10 +109,17 @@ def failure_messages(report):
 def run_case(case):
     playbook = case.get("playbook", "train.yml")
     parent = tempfile.mkdtemp(prefix="badinput-")
+    # Others may pass through the case's parent (not list it): an account such as nobody reaches the
+    # case's directory; @PRIVATE@ is a 0700 directory of root's beside it, with a script p.py.
+    os.chmod(parent, 0o711)
     tmp = os.path.join(parent, "case")
     os.mkdir(tmp)
+    private = os.path.join(parent, "private")
+    os.mkdir(private, 0o700)
+    with open(os.path.join(private, "p.py"), "w") as handle:
+        handle.write("print('the job ran')\n")
     extra = base_vars(playbook, tmp)
-    extra.update(json.loads(json.dumps(case["vars"]).replace("@TMP@", tmp)))
+    extra.update(json.loads(json.dumps(case["vars"]).replace("@TMP@", tmp).replace("@PRIVATE@", private)))
     try:
         proc, report, seconds = run_playbook(playbook, extra, tmp, case.get("args", ()))
         return {"proc": proc, "report": report, "seconds": seconds, "left": tree(tmp)}

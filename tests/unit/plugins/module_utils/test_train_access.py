@@ -175,11 +175,208 @@ def test_access_problem_names_the_variable(tmp_path):
         out = acc.access(params(user=user, checks=[{"var": "train_code_dir", "path": str(locked), "need": "rx"}]),
                          no_run, no_bin, is_root=os.geteuid() == 0)
         assert [line.lower() for line in out["problems"]] == [
-            "train_user=%s: cannot enter train_code_dir=%s (permission denied); valid: paths the account can "
-            "reach (group or mode)" % (user, str(locked).lower())]
+            "train_user=%s: cannot enter train_code_dir=%s (permission denied); valid: a train_code_dir whose "
+            "parent directories the account can enter (group or mode)" % (user, str(locked).lower())]
         assert out["access"][0]["ok"] is False
     finally:
         locked.chmod(0o700)
+
+
+# ------------------------------------------------------------------ every path the job opens (issue 28)
+
+AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another account needs root")
+PYTHON = "/usr/bin/python3"
+
+
+class FailModule:
+    """What run_module needs of an AnsibleModule: params, run_command, get_bin_path, fail/exit_json."""
+
+    def __init__(self, p, run=no_run):
+        self.params, self.check_mode, self.run_command = dict(p, node="node1", fail_on_problems=True), False, run
+        self.failed = self.exited = None
+
+    def get_bin_path(self, _name, *_args, **_kw):
+        return None
+
+    def fail_json(self, **kw):
+        self.failed = kw
+        raise SystemExit(1)
+
+    def exit_json(self, **kw):
+        self.exited = kw
+        raise SystemExit(0)
+
+
+def run_access(p, run=no_run):
+    module = FailModule(p, run)
+    with pytest.raises(SystemExit):
+        acc.run_module(module)
+    return module
+
+
+@pytest.fixture
+def open_dir():
+    """A directory anyone may enter (pytest's tmp_path is below root's 0700 /tmp/pytest-of-root)."""
+    import shutil
+    import tempfile
+
+    path = tempfile.mkdtemp(prefix="mt-access-")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def job(code_dir, **over):
+    out = {"python": PYTHON, "venv": "", "script": "", "chdir": "", "env_files": [], "configs": {},
+           "code_dir": code_dir, "sync_code": True, "manifest": ["smoke_train.py"], "refuse_missing": True}
+    out.update(over)
+    return out
+
+
+@AS_ROOT
+def test_a_script_in_roots_0700_directory_is_refused_naming_node_variable_path_and_account(open_dir):
+    """Issue 28: train_script in a 0700 temp directory of root's, train_sync_code on - rank 0 died with
+    PermissionError; now refused by the security step, as the account, before anything is copied."""
+    private = os.path.join(open_dir, "tmp.private")
+    os.mkdir(private, 0o700)
+    script = os.path.join(private, "p.py")
+    with open(script, "w") as handle:
+        handle.write("print(1)\n")
+    code = os.path.join(open_dir, "code")
+    module = run_access(params(user="nobody", job=job(code, script=script),
+                               directories=[{"var": "train_code_dir", "path": code}]))
+    assert module.failed["msg"] == (
+        "node1: train_user=nobody: cannot read train_script=%s (Permission denied); valid: a file the account "
+        "can read (group or mode), or train_code_src to copy it into train_code_dir" % script)
+    # nothing made: the code directory (where the copy would go) does not exist
+    assert not os.path.exists(code) and module.failed["changed"] is False
+    os.chmod(private, 0o755)  # readable now: the same call passes and makes the code directory
+    passed = run_access(params(user="nobody", job=job(code, script=script),
+                               directories=[{"var": "train_code_dir", "path": code}]))
+    assert passed.failed is None and passed.exited["problems"] == [] and os.path.isdir(code)
+
+
+@AS_ROOT
+def test_a_working_directory_the_account_cannot_enter_is_refused(open_dir):
+    chdir = os.path.join(open_dir, "work")
+    os.mkdir(chdir, 0o700)
+    out = acc.access(params(user="nobody", job=job(os.path.join(open_dir, "code"), chdir=chdir)), no_run, no_bin)
+    assert out["problems"] == [
+        "train_user=nobody: cannot enter train_chdir=%s (Permission denied); valid: a directory the account can "
+        "enter (group or mode), or empty (its log directory, train_log_dir/<job id>)" % chdir]
+
+
+@AS_ROOT
+def test_what_the_code_copy_makes_is_not_checked_what_it_does_not_is(open_dir):
+    """train_code_dir root's 0700 today: train_access gives it to the account before the copy, so the
+    manifest's script in it is fine; a script below it that train_code_src does not hold must be
+    reachable now, and a missing one is refused."""
+    code = os.path.join(open_dir, "code")
+    os.mkdir(code, 0o700)
+    other = os.path.join(code, "other.py")
+    with open(other, "w") as handle:
+        handle.write("print(2)\n")
+    ok = acc.access(params(user="nobody", job=job(code, script=os.path.join(code, "smoke_train.py"),
+                                                  chdir=code)), no_run, no_bin)
+    assert ok["problems"] == []
+    assert [(c["var"], c["provided"]) for c in ok["paths"] if c["var"] in ("train_script", "train_chdir")] == [
+        ("train_script", True), ("train_chdir", True)]
+    refused = acc.access(params(user="nobody", job=job(code, script=other)), no_run, no_bin)
+    assert refused["problems"] == [
+        "train_user=nobody: cannot read train_script=%s (Permission denied); valid: a file the account can read "
+        "(group or mode), or train_code_src to copy it into train_code_dir" % other]
+    missing = acc.access(params(user="nobody", job=job(code, script=os.path.join(code, "gone.py"))), no_run,
+                         no_bin)
+    assert missing["problems"] == [
+        'train_script="%s/gone.py": missing on this node; valid: a file of train_code_src (copied into '
+        'train_code_dir), or a file that exists on every node' % code]
+
+
+@AS_ROOT
+def test_env_files_are_read_by_the_play_user_not_the_account(open_dir):
+    """The launcher reads the env files for the job (as root under become): a root 0600 file is fine,
+    as docs/train.md recommends for secrets; a missing one is refused."""
+    secret = os.path.join(open_dir, "secret.env")
+    with open(secret, "w") as handle:
+        handle.write("KEY=1\n")
+    os.chmod(secret, 0o600)
+    files = [{"var": "train_env_files", "path": secret},
+             {"var": "train_nccl_env_file", "path": os.path.join(open_dir, "nccl.env")}]
+    out = acc.access(params(user="nobody", job=job(os.path.join(open_dir, "code"), env_files=files)), no_run,
+                     no_bin)
+    assert out["problems"] == [
+        'train_nccl_env_file="%s/nccl.env": missing on this node; valid: existing KEY=VALUE files (the NCCL file '
+        'comes from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)' % open_dir]
+    assert [c["state"] for c in out["paths"] if c["who"] == "self"] == ["file", "missing"]
+
+
+@AS_ROOT
+def test_a_venv_whose_files_the_account_cannot_read_is_refused_once(open_dir):
+    venv = os.path.join(open_dir, "venv")
+    site = os.path.join(venv, "lib", "python3.11", "site-packages")
+    os.makedirs(os.path.join(venv, "bin"))
+    os.makedirs(site)
+    os.symlink(PYTHON, os.path.join(venv, "bin", "python"))
+    os.symlink("lib", os.path.join(venv, "lib64"))
+    with open(os.path.join(venv, "pyvenv.cfg"), "w") as handle:
+        handle.write("home = /usr/bin\n")
+    checks = dict(user="nobody", job=job(os.path.join(open_dir, "code"), python=os.path.join(venv, "bin", "python"),
+                                         venv=venv))
+    ok = acc.access(params(**checks), no_run, no_bin)
+    assert ok["problems"] == []
+    # lib64 -> lib: one site-packages checked
+    assert [(a["var"], a["path"]) for a in ok["access"] if a["part_of"]] == [
+        ("train_venv", os.path.join(venv, "pyvenv.cfg")), ("train_venv", site)]
+    os.chmod(os.path.join(venv, "pyvenv.cfg"), 0o600)  # a venv made under umask 077
+    os.chmod(site, 0o700)
+    out = acc.access(params(**checks), no_run, no_bin)
+    assert out["problems"] == [
+        "train_user=nobody: cannot read train_venv=%s/pyvenv.cfg (Permission denied); valid: a venv the account "
+        "can enter and run (group or mode; the one multinode.training.wheel_distribute installs is)" % venv]
+
+
+def test_a_missing_path_is_refused_before_the_account_is_created(tmp_path, monkeypatch):
+    """Nothing half-made on a refusing run: no useradd where the job's script is missing."""
+    fake = FakeAccounts()
+    monkeypatch.setattr(acc, "lookup", fake.lookup)
+    target = tmp_path / "logs"
+    out = acc.access(params(user="trainer2", create=True, directories=[{"path": str(target)}],
+                            job=job(str(tmp_path / "code"), python=sys.executable, script="/nonexistent/p.py")),
+                     fake.run, lambda name: "/usr/sbin/" + name, is_root=False)
+    assert out["problems"] == ['train_script="/nonexistent/p.py": missing on this node; valid: a file of '
+                               'train_code_src (copied into train_code_dir), or a file that exists on every node']
+    assert fake.ran == [] and out["account_created"] is False and not target.exists()
+
+
+def test_without_preflight_a_missing_path_is_the_launchers(tmp_path):
+    out = acc.access(params(user=ME, job=job(str(tmp_path / "code"), python="/nonexistent/bin/python",
+                                             script="/nonexistent/p.py", refuse_missing=False)),
+                     no_run, no_bin, is_root=False)
+    assert out["problems"] == []
+
+
+def test_explicit_checks_without_a_variable_name(tmp_path):
+    """Checks of the option ``checks`` need only path and need; a missing path there is preflight's."""
+    out = acc.access(params(user=ME, checks=[{"path": str(tmp_path), "need": "rx"},
+                                             {"path": str(tmp_path / "gone"), "need": "r"}]),
+                     no_run, no_bin, is_root=False)
+    assert out["problems"] == [] and [(a["var"], a["ok"]) for a in out["access"]] == [("path", True)]
+
+
+def test_the_manifest_comes_from_the_probe_where_the_job_has_none():
+    assert acc.code_manifest({"manifest": ["a.py"]}, None) == ["a.py"]
+    assert acc.code_manifest({}, {"code": {"manifest": {"b.py": {"sha256": "x", "mode": "0644"}}}}) == ["b.py"]
+    assert acc.code_manifest({}, {"python": "/p"}) is None
+    assert acc.code_manifest({}, None) is None
+
+
+def test_path_state(tmp_path):
+    (tmp_path / "f").write_text("x")
+    assert acc.path_state(str(tmp_path / "f")) == "file"
+    assert acc.path_state(str(tmp_path)) == "dir"
+    assert acc.path_state(str(tmp_path / "nope")) == "missing"
+    assert acc.path_state(str(tmp_path / "f" / "below")) == "missing"  # ENOTDIR
+    assert acc.path_state("/dev/null") == "other"
 
 
 # ------------------------------------------------------------------ directories

@@ -61,14 +61,150 @@ def test_decide_user_root_allowed():
     assert sec.decide_user("", "root", 0, allow_root=True)["user"] == "mtrain"
 
 
-def test_check_access_lines():
-    lines = sec.check_access([
-        {"var": "train_python", "path": "/v/bin/python", "need": "x", "ok": False, "error": None},
-        {"var": "train_script", "path": "/c/s.py", "need": "r", "ok": True, "error": None},
-        {"var": "train_code_dir", "path": "/c", "need": "rx", "ok": False, "error": "missing"},
+# ------------------------------------------------------------------ what the job opens
+
+JOB = {"python": "/v/bin/python", "venv": "/v", "script": "/c/train.py", "chdir": "", "env_files": [],
+       "configs": {}, "code_dir": "/c", "sync_code": True, "refuse_missing": True}
+
+
+def job(**over):
+    return dict(JOB, **over)
+
+
+def by_var(checks):
+    return {c["var"]: c for c in checks}
+
+
+@pytest.mark.parametrize("path, directory, expected", [
+    ("/c/train.py", "/c", "train.py"),
+    ("/c/", "/c", ""),
+    ("/c/sub/../train.py", "/c/", "train.py"),
+    ("/code/train.py", "/c", None),
+    ("/tmp/p.py", "/c", None),
+    ("", "/c", None),
+])
+def test_inside(path, directory, expected):
+    assert sec.inside(path, directory) == expected
+
+
+def test_job_checks_every_path_the_job_opens_and_who_opens_it():
+    checks = sec.job_checks(job(chdir="/work", configs={"train_deepspeed_config": "/ctl/ds.json",
+                                                        "train_accelerate_config": ""},
+                                env_files=[{"var": "train_env_files", "path": "/etc/a.env"},
+                                           {"var": "train_nccl_env_file", "path": "/etc/nccl.env"}]),
+                            ["train.py"])
+    assert [(c["var"], c["path"], c["need"], c["kind"], c["who"], c["provided"], c["missing"]) for c in checks] == [
+        ("train_python", "/v/bin/python", "x", "file", "account", False, "refuse"),
+        ("train_code_dir", "/", "rx", "dir", "account", False, "skip"),        # made by the step where missing
+        ("train_script", "/c/train.py", "r", "file", "account", True, "refuse"),  # the copy makes it
+        ("train_chdir", "/work", "rx", "dir", "account", False, "refuse"),
+        ("train_deepspeed_config", "/c/ds.json", "r", "file", "account", True, "refuse"),
+        ("train_env_files", "/etc/a.env", "r", "file", "self", False, "refuse"),  # the launcher reads them
+        ("train_nccl_env_file", "/etc/nccl.env", "r", "file", "self", False, "refuse"),
+    ]
+
+
+@pytest.mark.parametrize("over, manifest, provided", [
+    ({}, ["train.py"], {"train_script": True}),
+    # a script outside train_code_dir is never the copy's (issue 28: a 0700 temp directory of root's)
+    ({"script": "/tmp/tmp.x/p.py"}, ["p.py"], {"train_script": False}),
+    # below train_code_dir but not in train_code_src: must be there now
+    ({"script": "/c/other.py"}, ["train.py"], {"train_script": False}),
+    ({"sync_code": False}, ["train.py"], {"train_script": False}),
+    # the manifest is not known here (no probe: slurm, env): below train_code_dir is the copy's
+    ({"script": "/c/other.py"}, None, {"train_script": True}),
+    # a working directory the copy makes (a directory of train_code_src), the code directory itself
+    ({"chdir": "/c/sub"}, ["sub/x.py"], {"train_chdir": True}),
+    ({"chdir": "/c/sub"}, ["subx.py"], {"train_chdir": False}),
+    ({"chdir": "/c"}, [], {"train_chdir": True}),
+    ({"chdir": "/c/"}, [], {"train_chdir": True}),
+    ({"chdir": "/c", "sync_code": False}, [], {"train_chdir": False}),
+])
+def test_job_checks_what_the_code_copy_provides(over, manifest, provided):
+    checks = by_var(sec.job_checks(job(**over), manifest))
+    assert {var: checks[var]["provided"] for var in provided} == provided
+
+
+def test_job_checks_module_job_no_chdir_no_code():
+    checks = sec.job_checks(job(script="", sync_code=False, refuse_missing=False))
+    assert [(c["var"], c["missing"]) for c in checks] == [("train_python", "skip")]
+    # config files travel into train_code_dir without the code: the way there is checked
+    with_config = sec.job_checks(job(script="", sync_code=False, configs={"train_accelerate_config": "/a/acc.yaml"}))
+    assert [c["var"] for c in with_config] == ["train_python", "train_code_dir", "train_accelerate_config"]
+    assert with_config[2]["path"] == "/c/acc.yaml" and with_config[2]["provided"] is True
+
+
+def test_venv_checks():
+    assert sec.venv_checks("/v/bin/python", "/v", False, []) == []
+    checks = sec.venv_checks("/v/bin/python", "/v/", True, ["/v/lib/python3.11/site-packages"])
+    assert [(c["var"], c["path"], c["need"], c["part_of"]) for c in checks] == [
+        ("train_venv", "/v/pyvenv.cfg", "r", "train_python"),
+        ("train_venv", "/v/lib/python3.11/site-packages", "rx", "train_python")]
+    # train_python set apart from train_venv: its own venv, named by train_python
+    assert {c["var"] for c in sec.venv_checks("/other/bin/python3", "/v", True, [])} == {"train_python"}
+
+
+def state(check, st, **extra):
+    return dict(check, state=st, **extra)
+
+
+def test_path_problems_missing_kind_and_self():
+    c = by_var(sec.job_checks(job(script="/tmp/x/p.py", chdir="/w",
+                                  env_files=[{"var": "train_env_files", "path": "/etc/a.env"}]), ["train.py"]))
+    lines = sec.path_problems([
+        state(c["train_python"], "missing"),
+        state(c["train_code_dir"], "missing"),          # made by the step: no problem
+        state(c["train_script"], "dir"),
+        state(c["train_chdir"], "file"),
+        state(c["train_env_files"], "file", ok=False, error=None, reader="root"),
     ])
-    assert lines == ["cannot execute train_python=/v/bin/python (permission denied)",
-                     "cannot enter train_code_dir=/c (missing)"]
+    assert lines == [
+        'train_python="/v/bin/python": missing on this node; valid: the venv that multinode.training.'
+        'wheel_distribute installs (tag prepare)',
+        'train_script="/tmp/x/p.py": not a regular file on this node; valid: a file of train_code_src (copied '
+        'into train_code_dir), or a file that exists on every node',
+        'train_chdir="/w": not a directory on this node; valid: an existing directory on every node, or one that '
+        'train_code_src brings into train_code_dir, or empty (its log directory, train_log_dir/<job id>)',
+        'train_env_files="/etc/a.env": cannot be read on this node by root, which reads it for the job '
+        '(Permission denied); valid: a file the play\'s user can read (mode 0600 is fine: the account of the '
+        'job need not read it)',
+    ]
+    # where the launcher checks for itself (no preflight follows): missing and odd kinds are its to report
+    skip = by_var(sec.job_checks(job(refuse_missing=False, chdir="/w"), ["train.py"]))
+    assert sec.path_problems([state(skip["train_python"], "missing"), state(skip["train_chdir"], "file")]) == []
+    # what the copy provides is not looked at; a path stat refused (unknown) is the account's check
+    assert sec.path_problems([state(c["train_script"], "missing", provided=True),
+                              state(c["train_chdir"], "unknown")]) == []
+
+
+def test_account_problems_name_account_variable_and_path():
+    lines = sec.account_problems("mtrain", [
+        {"var": "train_python", "path": "/v/bin/python", "need": "x", "ok": False, "error": "Permission denied"},
+        {"var": "train_venv", "path": "/v/pyvenv.cfg", "need": "r", "ok": False, "part_of": "train_python"},
+        {"var": "train_script", "path": "/tmp/tmp.x/p.py", "need": "r", "ok": False, "error": "Permission denied"},
+        {"var": "train_chdir", "path": "/root", "need": "rx", "ok": False, "error": None},
+        {"var": "train_code_dir", "path": "/opt", "need": "rx", "ok": True, "error": None},
+        {"var": "extra", "path": "/d", "need": "w", "ok": False, "error": None},
+    ])
+    assert lines == [
+        "train_user=mtrain: cannot execute train_python=/v/bin/python (Permission denied); valid: a venv the "
+        "account can enter and run (group or mode; the one multinode.training.wheel_distribute installs is)",
+        # the venv's pyvenv.cfg is not said again where its python is refused
+        "train_user=mtrain: cannot read train_script=/tmp/tmp.x/p.py (Permission denied); valid: a file the "
+        "account can read (group or mode), or train_code_src to copy it into train_code_dir",
+        "train_user=mtrain: cannot enter train_chdir=/root (Permission denied); valid: a directory the account "
+        "can enter (group or mode), or empty (its log directory, train_log_dir/<job id>)",
+        "train_user=mtrain: cannot write extra=/d (Permission denied); valid: paths the account can reach "
+        "(group or mode)",
+    ]
+    # its python runs, its venv's files do not reach the account: said once
+    assert sec.account_problems("mtrain", [
+        {"var": "train_python", "path": "/v/bin/python", "need": "x", "ok": True},
+        {"var": "train_venv", "path": "/v/pyvenv.cfg", "need": "r", "ok": False, "part_of": "train_python"},
+        {"var": "train_venv", "path": "/v/lib/python3.11/site-packages", "need": "rx", "ok": False,
+         "part_of": "train_python"},
+    ]) == ["train_user=mtrain: cannot read train_venv=/v/pyvenv.cfg (Permission denied); valid: a venv the "
+           "account can enter and run (group or mode; the one multinode.training.wheel_distribute installs is)"]
 
 
 # ------------------------------------------------------------------ ports

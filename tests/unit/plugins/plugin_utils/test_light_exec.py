@@ -163,7 +163,7 @@ def test_validation_is_the_module_s_own():
     assert error is None and params["port"] == 29400 and params["firewall"] == "auto" and params["checks"] == []
     assert _light_exec.validate(ACCESS, {"port": 1, "colour": "red"}, "train_access")[2] == \
         "Unsupported parameters for (train_access) module: colour. Supported parameters include: checks, " \
-        "create, directories, fail_on_problems, firewall, group, listen, node, port, probe, ssh_ports, " \
+        "create, directories, fail_on_problems, firewall, group, job, listen, node, port, probe, ssh_ports, " \
         "sshd_config, user, user_groups."
     assert "missing required arguments: port" in _light_exec.validate(ACCESS, {}, "train_access")[2]
     error = _light_exec.validate(TORCHRUN, {"script": "a.py", "module": "b", "job_id": "j"}, "torchrun")[2]
