@@ -65,4 +65,3 @@ def lock_differences(installed, lock, seed=VENV_SEED):
         elif have[name] != want[name]:
             lines.append("%s: the lock has %s, installed %s" % (name, want[name], have[name]))
     return lines
-
