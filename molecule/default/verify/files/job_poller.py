@@ -59,7 +59,7 @@ def counted(answer):
 
 def running(node):
     return subprocess.run(["docker", "inspect", "-f", "{{.State.Running}}", node],
-                          capture_output=True, text=True).stdout.strip() == "true"
+                          capture_output=True, text=True, check=False).stdout.strip() == "true"
 
 
 class Poller:

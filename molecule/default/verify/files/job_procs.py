@@ -225,7 +225,7 @@ def tables():
     nft = shutil.which("nft") or ("/usr/sbin/nft" if os.path.exists("/usr/sbin/nft") else None)
     if not nft or os.geteuid() != 0:
         return None
-    out = subprocess.run([nft, "list", "tables"], capture_output=True, text=True)
+    out = subprocess.run([nft, "list", "tables"], capture_output=True, text=True, check=False)
     return [line.strip() for line in out.stdout.splitlines() if re.search(r"\stable \S+ mt_|^table \S+ mt_", line)]
 
 
