@@ -446,17 +446,6 @@ def _loader(path, *args, **kwargs):
     return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False, **kwargs)
 
 
-@pytest.fixture
-def shared_dir():
-    """A directory anyone may enter (tmp_path is root's 0700): the job directory of an account."""
-    import tempfile
-
-    path = tempfile.mkdtemp(prefix="mt-loader-")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path)
-
-
 def _script(directory, owner, mode=0o640, name=fol.WATCHER):
     path = os.path.join(directory, name)
     with open(path, "w") as handle:

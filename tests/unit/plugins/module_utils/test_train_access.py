@@ -214,18 +214,6 @@ def run_access(p, run=no_run):
     return module
 
 
-@pytest.fixture
-def open_dir():
-    """A directory anyone may enter (pytest's tmp_path is below root's 0700 /tmp/pytest-of-root)."""
-    import shutil
-    import tempfile
-
-    path = tempfile.mkdtemp(prefix="mt-access-")
-    os.chmod(path, 0o755)
-    yield path
-    shutil.rmtree(path)
-
-
 def job(code_dir, **over):
     out = {"python": PYTHON, "venv": "", "script": "", "chdir": "", "env_files": [], "configs": {},
            "code_dir": code_dir, "sync_code": True, "manifest": ["smoke_train.py"], "refuse_missing": True}
@@ -234,15 +222,15 @@ def job(code_dir, **over):
 
 
 @AS_ROOT
-def test_a_script_in_roots_0700_directory_is_refused_naming_node_variable_path_and_account(open_dir):
+def test_a_script_in_roots_0700_directory_is_refused_naming_node_variable_path_and_account(shared_dir):
     """Issue 28: train_script in a 0700 temp directory of root's, train_sync_code on - rank 0 died with
     PermissionError; now refused by the security step, as the account, before anything is copied."""
-    private = os.path.join(open_dir, "tmp.private")
+    private = os.path.join(shared_dir, "tmp.private")
     os.mkdir(private, 0o700)
     script = os.path.join(private, "p.py")
     with open(script, "w") as handle:
         handle.write("print(1)\n")
-    code = os.path.join(open_dir, "code")
+    code = os.path.join(shared_dir, "code")
     module = run_access(params(user="nobody", job=job(code, script=script),
                                directories=[{"var": "train_code_dir", "path": code}]))
     assert module.failed["msg"] == (
@@ -257,21 +245,21 @@ def test_a_script_in_roots_0700_directory_is_refused_naming_node_variable_path_a
 
 
 @AS_ROOT
-def test_a_working_directory_the_account_cannot_enter_is_refused(open_dir):
-    chdir = os.path.join(open_dir, "work")
+def test_a_working_directory_the_account_cannot_enter_is_refused(shared_dir):
+    chdir = os.path.join(shared_dir, "work")
     os.mkdir(chdir, 0o700)
-    out = acc.access(params(user="nobody", job=job(os.path.join(open_dir, "code"), chdir=chdir)), no_run, no_bin)
+    out = acc.access(params(user="nobody", job=job(os.path.join(shared_dir, "code"), chdir=chdir)), no_run, no_bin)
     assert out["problems"] == [
         "train_user=nobody: cannot enter train_chdir=%s (Permission denied); valid: a directory the account can "
         "enter (group or mode), or empty (its log directory, train_log_dir/<job id>)" % chdir]
 
 
 @AS_ROOT
-def test_what_the_code_copy_makes_is_not_checked_what_it_does_not_is(open_dir):
+def test_what_the_code_copy_makes_is_not_checked_what_it_does_not_is(shared_dir):
     """train_code_dir root's 0700 today: train_access gives it to the account before the copy, so the
     manifest's script in it is fine; a script below it that train_code_src does not hold must be
     reachable now, and a missing one is refused."""
-    code = os.path.join(open_dir, "code")
+    code = os.path.join(shared_dir, "code")
     os.mkdir(code, 0o700)
     other = os.path.join(code, "other.py")
     with open(other, "w") as handle:
@@ -293,26 +281,26 @@ def test_what_the_code_copy_makes_is_not_checked_what_it_does_not_is(open_dir):
 
 
 @AS_ROOT
-def test_env_files_are_read_by_the_play_user_not_the_account(open_dir):
+def test_env_files_are_read_by_the_play_user_not_the_account(shared_dir):
     """The launcher reads the env files for the job (as root under become): a root 0600 file is fine,
     as docs/train.md recommends for secrets; a missing one is refused."""
-    secret = os.path.join(open_dir, "secret.env")
+    secret = os.path.join(shared_dir, "secret.env")
     with open(secret, "w") as handle:
         handle.write("KEY=1\n")
     os.chmod(secret, 0o600)
     files = [{"var": "train_env_files", "path": secret},
-             {"var": "train_nccl_env_file", "path": os.path.join(open_dir, "nccl.env")}]
-    out = acc.access(params(user="nobody", job=job(os.path.join(open_dir, "code"), env_files=files)), no_run,
+             {"var": "train_nccl_env_file", "path": os.path.join(shared_dir, "nccl.env")}]
+    out = acc.access(params(user="nobody", job=job(os.path.join(shared_dir, "code"), env_files=files)), no_run,
                      no_bin)
     assert out["problems"] == [
         'train_nccl_env_file="%s/nccl.env": missing on this node; valid: existing KEY=VALUE files (the NCCL file '
-        'comes from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)' % open_dir]
+        'comes from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)' % shared_dir]
     assert [c["state"] for c in out["paths"] if c["who"] == "self"] == ["file", "missing"]
 
 
 @AS_ROOT
-def test_a_venv_whose_files_the_account_cannot_read_is_refused_once(open_dir):
-    venv = os.path.join(open_dir, "venv")
+def test_a_venv_whose_files_the_account_cannot_read_is_refused_once(shared_dir):
+    venv = os.path.join(shared_dir, "venv")
     site = os.path.join(venv, "lib", "python3.11", "site-packages")
     os.makedirs(os.path.join(venv, "bin"))
     os.makedirs(site)
@@ -320,7 +308,7 @@ def test_a_venv_whose_files_the_account_cannot_read_is_refused_once(open_dir):
     os.symlink("lib", os.path.join(venv, "lib64"))
     with open(os.path.join(venv, "pyvenv.cfg"), "w") as handle:
         handle.write("home = /usr/bin\n")
-    checks = dict(user="nobody", job=job(os.path.join(open_dir, "code"), python=os.path.join(venv, "bin", "python"),
+    checks = dict(user="nobody", job=job(os.path.join(shared_dir, "code"), python=os.path.join(venv, "bin", "python"),
                                          venv=venv))
     ok = acc.access(params(**checks), no_run, no_bin)
     assert ok["problems"] == []
