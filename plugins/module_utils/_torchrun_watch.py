@@ -698,6 +698,11 @@ class Watcher(object):
                     pass
             time.sleep(0.2)
 
+    def stop_for_own_failure(self, local):
+        """A node (not the hub) whose rank failed stops its job, unless a stop is already decided."""
+        if local["failure"] and not self.stop:
+            self.apply_stop({"reason": "failure", "failure": local["failure"], "time": local["failure"].get("time")})
+
     def apply_stop(self, stop):
         with self.lock:
             if self.stop is None:
@@ -837,10 +842,12 @@ class Watcher(object):
                         self.save(local, final=True)
                         return 0
             else:
-                if local["failure"] and not self.stop:
-                    self.apply_stop({"reason": "failure", "failure": local["failure"], "time": local["failure"].get("time")})
                 if not self.stop and self.lease_gone():
                     self.apply_stop({"reason": "lease"})
+                # This node's own failure stops its job after the hub's answer (a round trip on the job's
+                # network, or the connection's 2 s timeout when the hub does not answer): a stop the hub
+                # decided first - the first node's lease ran out, its torchrun took the rendezvous store
+                # along, and this node's torchrun killed its ranks for that - is the cause, not those ranks.
                 msg = {"token": self.token, "node": self.node, "state": local["state"], "failure": local["failure"]}
                 try:
                     if sock is None:
@@ -854,10 +861,12 @@ class Watcher(object):
                     last_ok, self.hub_seen = time.time(), True
                     if reply.get("stop") and not self.stop:
                         self.apply_stop(dict(reply["stop"], decided_by="hub"))
+                    self.stop_for_own_failure(local)
                     if reply.get("restart"):
                         self.log("restarting the ranks on this node without %s" % reply["restart"])
                         self.kill_local(workers_only=True)
                 except (OSError, ValueError):
+                    self.stop_for_own_failure(local)
                     if sock is not None:
                         try:
                             sock.close()

@@ -2,6 +2,8 @@
 import json
 import os
 
+import pytest
+
 from ansible_collections.multinode.training.plugins.module_utils import _torchrun_watch as w
 
 # A rank's stderr when the script does not use @record (a third-party test script): the cause
@@ -489,3 +491,52 @@ def test_follow_light_returns_when_the_workers_succeed_mid_window(tmp_path):
 
 def test_follow_light_without_a_job(tmp_path):
     assert w.follow_light(str(tmp_path), 1.0)["attention"].startswith("no job.json in ")
+
+
+def _hub_answering(stop):
+    """A stand-in hub on 127.0.0.1: answers every report with ``stop``; -> (port, reports, server)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    reports = []
+
+    def serve():
+        conn, _addr = server.accept()
+        with conn, conn.makefile("rb") as reader:
+            for raw in reader:
+                reports.append(json.loads(raw.decode("utf-8")))
+                conn.sendall((json.dumps({"stop": stop, "restart": None}) + "\n").encode("utf-8"))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1], reports, server
+
+
+@pytest.mark.parametrize("hub_stop, expected", [
+    ({"reason": "lease"}, "lease"),  # the hub stopped first: this node's killed ranks are its consequence
+    (None, "failure"),  # the hub has decided nothing: this node's failure stops its job
+])
+def test_a_node_takes_the_hubs_stop_before_its_own_killed_ranks(tmp_path, hub_stop, expected):
+    """Issue 28 (resilience (e), 2 of 5 runs): the first node's lease ran out, its torchrun took the
+    rendezvous store along, and another node's torchrun killed that node's ranks just before its own
+    lease ran out: its watcher recorded 'rank R killed by a signal' as the cause. A node reports to the
+    hub first and takes a stop the hub already decided; its own failure stops the job only when none was."""
+    port, reports, server = _hub_answering(hub_stop)
+    job_dir = _job_dir(tmp_path, "order-unit", hub=False, node="node2", nodes=["node1", "node2"], lease=0,
+                       hub_addr="127.0.0.1", port=port, token="t")
+    watcher = w.Watcher(str(job_dir))
+    killed = {"kind": "rank", "rank": 2, "local_rank": 0, "exitcode": -9, "node": "node2", "time": 1.0,
+              "message": "killed by a signal (SIGKILL, OOM kill?) without an exit record"}
+    states = iter([{"node": "node2", "state": "running", "failure": killed, "running": 0, "restarts": 0, "ranks": []},
+                   {"node": "node2", "state": "stopped", "failure": killed, "running": 0, "restarts": 0, "ranks": []}])
+    watcher.local_state = lambda: next(states)
+    watcher.kill_local = lambda workers_only=False: None
+    watcher.nap = lambda: None
+    try:
+        assert watcher.run() == 0
+    finally:
+        server.close()
+    assert watcher.stop["reason"] == expected
+    assert reports[0]["failure"] == killed  # the hub hears of the failure either way
