@@ -14,9 +14,14 @@ from __future__ import annotations
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _fatbin, _manifest
+from ansible_collections.multinode.training.plugins.module_utils import (
+    _cuda_arch,
+    _fatbin,
+    _manifest,
+    _train_env_probe,
+    _wheel_dist,
+)
 from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import cpuinfo_flags
-from ansible_collections.multinode.training.plugins.module_utils._package_set import lock_differences
 
 MARKER_NAME = ".multinode-training.json"
 PROBE_SENTINEL = "@@wheel_distribute@@"
@@ -630,25 +635,17 @@ def venv_facts(path):
 
 
 def venv_packages(path):
-    """Every distribution installed in the venv's site-packages, as sorted name==version (read from
-    each dist-info's METADATA, nothing imported): what the wheel_distribute guard compares with the
-    job requirements' lock."""
+    """Every distribution installed in the venv's site-packages, as sorted name==version (the Name and
+    Version headers of each dist-info, read as preflight's environment probe reads them, nothing
+    imported): what the wheel_distribute guard compares with the job requirements' lock."""
     import glob
     import os
 
     packages = set()
-    for meta in glob.glob(os.path.join(path, "lib", "python*", "site-packages", "*.dist-info", "METADATA")):
-        name = version = None
-        for line in _read(meta).splitlines():
-            if not line.strip():
-                break
-            key, _sep, value = line.partition(":")
-            if key == "Name" and name is None:
-                name = value.strip()
-            elif key == "Version" and version is None:
-                version = value.strip()
-        if name:
-            packages.add("%s==%s" % (name, version or ""))
+    for dist_info in glob.glob(os.path.join(path, "lib", "python*", "site-packages", "*.dist-info")):
+        meta = _train_env_probe.headers(dist_info)
+        if meta["name"]:
+            packages.add("%s==%s" % (meta["name"], meta["version"] or ""))
     return sorted(packages)
 
 
@@ -656,11 +653,8 @@ def installed(manifest, venv, lock_sha256="", lock_packages=None):
     """True when the venv already holds this exact wheel, verified (the idempotence marker), installed
     with the job requirements' lock of this run (its sha256; empty: no job requirements) and, with a
     lock, holding exactly the lock's packages (lock_packages, name==version): a changed, added or
-    removed requirement, or a package changed by hand, makes a new release."""
-    marker = venv.get("marker") or {}
+    removed requirement, or a package changed by hand, makes a new release. The same rules as
+    _wheel_dist.current_problems, which also says why."""
     return (venv.get("state") == "directory"
-            and marker.get("wheel_sha256") == manifest.get("wheel_sha256")
-            and marker.get("torch") == (manifest.get("torch") or {}).get("version")
-            and marker.get("verified") is True
-            and (marker.get("requirements_sha256") or "") == (lock_sha256 or "")
-            and not (lock_packages and lock_differences(venv.get("packages") or [], lock_packages)))
+            and _wheel_dist.marker_problem(manifest, venv.get("marker"), lock_sha256) is None
+            and not _wheel_dist.package_problems(venv, lock_packages))

@@ -165,26 +165,42 @@ def installed_op_problems(venv, manifest):
     return problems
 
 
+def marker_problem(manifest, marker, lock_sha256):
+    """Why the venv's marker is not this wheel's verified install with this run's job requirements lock
+    (its sha256; empty: no job requirements), or None."""
+    marker = marker or {}
+    if not (marker.get("verified") is True and marker.get("wheel_sha256") == manifest.get("wheel_sha256")
+            and marker.get("torch") == (manifest.get("torch") or {}).get("version")):
+        return "the venv's marker is not this wheel's verified install"
+    if (marker.get("requirements_sha256") or "") != (lock_sha256 or ""):
+        return ("the venv was installed with another job requirements lock (%s, this run's: %s)"
+                % (marker.get("requirements_sha256") or "none", lock_sha256 or "none"))
+    return None
+
+
+def package_problems(venv_facts, lock_packages):
+    """How the venv's packages differ from the job requirements' lock (name==version; None or empty: no
+    job requirements, nothing compared)."""
+    if not lock_packages:
+        return []
+    return ["the venv differs from the job requirements' lock: %s" % line
+            for line in lock_differences(venv_facts.get("packages") or [], lock_packages)]
+
+
 def current_problems(manifest, venv_facts, lock_sha256, node_dir, expected, record_text, lock_packages=None):
     """Why this node needs the copy, install or verification steps; empty when it is current.
 
     venv_facts: _wheel_compat.venv_facts() of the venv path (its marker, state, symlink target, packages);
     lock_packages: the job requirements' lock as name==version (None: no job requirements).
     """
-    marker = venv_facts.get("marker") or {}
     problems = []
+    marker = marker_problem(manifest, venv_facts.get("marker"), lock_sha256)
     if not venv_facts.get("symlink") or venv_facts.get("state") != "directory":
         problems.append("%s is not a release symlink" % venv_facts.get("path"))
-    elif not (marker.get("verified") is True and marker.get("wheel_sha256") == manifest.get("wheel_sha256")
-              and marker.get("torch") == (manifest.get("torch") or {}).get("version")):
-        problems.append("the venv's marker is not this wheel's verified install")
-    elif (marker.get("requirements_sha256") or "") != (lock_sha256 or ""):
-        problems.append("the venv was installed with another job requirements lock (%s, this run's: %s)"
-                        % (marker.get("requirements_sha256") or "none", lock_sha256 or "none"))
+    elif marker:
+        problems.append(marker)
     else:
-        if lock_packages:
-            problems.extend("the venv differs from the job requirements' lock: %s" % line
-                            for line in lock_differences(venv_facts.get("packages") or [], lock_packages))
+        problems.extend(package_problems(venv_facts, lock_packages))
         problems.extend(installed_op_problems(venv_facts["target"], manifest))
     problems.extend(record_problems(node_dir, expected, record_text))
     return problems
