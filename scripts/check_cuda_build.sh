@@ -81,7 +81,7 @@ check_gpu_code() {
   python3 - "$dist" "$tmp" "$sass" "$ptx" "$tools/cuobjdump" <<'EOF'
 import glob, json, re, subprocess, sys, zipfile
 sys.path.insert(0, ".collections")
-from ansible_collections.multinode.training.plugins.module_utils import _fatbin
+from ansible_collections.multinode.training.plugins.module_utils._build import fatbin as _fatbin
 dist, tmp, sass, ptx, cuobjdump = sys.argv[1:]
 want = {"sass": sass.split(",") if sass else [], "ptx": ptx.split(",") if ptx else []}
 manifest_path, = glob.glob(dist + "/deepspeed-*.whl.manifest.json")

@@ -3,7 +3,7 @@
 """Action for multinode.training.node_facts: the facts from one shell command, no python on the node.
 
 The module costs a python start-up and Ansible's module machinery on the node (about 0.3
-CPU-seconds); this runs _node_facts.SCRIPT through the connection (three ``ip -j`` calls and the
+CPU-seconds); this runs _train.node_facts.SCRIPT through the connection (three ``ip -j`` calls and the
 user's ids, no value of the play in it) and parses the output here with the same code. Where that
 cannot be read (no ``ip``, no JSON output), it runs the module, which falls back to setup's own
 collectors. ``gather_facts`` runs the module (it calls fact modules, not actions); train.yml calls
@@ -20,7 +20,7 @@ from __future__ import annotations
 from ansible.executor.interpreter_discovery import discover_interpreter
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.multinode.training.plugins.module_utils._node_facts import SCRIPT, NodeFactsError, raw_facts
+from ansible_collections.multinode.training.plugins.module_utils._train.node_facts import SCRIPT, NodeFactsError, raw_facts
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import configured_python
 from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm
 

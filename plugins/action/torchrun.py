@@ -18,7 +18,7 @@ not known before it); where it can, that is a light call too (plugins/plugin_uti
 the module_utils on the node's python, without Ansible's module machinery), as are the start and the
 stop. The other polls run the job directory's watcher file, ``mt_watch.py follow <job dir>
 <window>`` (standard library), with the rights of the file's owner (the job's account, whose
-directory it is: never as root; _torchrun_follow.LIGHT_LOADER): the same lease renewal and progress for a python start-up
+directory it is: never as root; _torchrun.follow.LIGHT_LOADER): the same lease renewal and progress for a python start-up
 instead of Ansible's module machinery (about 0.3 CPU-seconds per call on the node, times every node,
 taken from the job's own CPUs). It returns early when the module must look (the job ended there, its
 supervisor is gone, its deadline passed, its workers succeeded); the module then decides and
@@ -41,8 +41,8 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import unpack_job_archive
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_follow import (
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import unpack_job_archive
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import (
     light_poll_argv,
     next_window,
     started_line,
@@ -53,7 +53,7 @@ from ansible_collections.multinode.training.plugins.plugin_utils._warm import wa
 
 display = Display()
 MODULE = "multinode.training.torchrun"
-ENTRY = "ansible_collections.multinode.training.plugins.module_utils._torchrun_job"
+ENTRY = "ansible_collections.multinode.training.plugins.module_utils._torchrun.job"
 # Imported by ansible-playbook before it forks the workers: they inherit the entry's import and sources.
 prepare(ENTRY)
 warm()

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action multinode.training.validate: every variable of the roles a play will run, on the controller.
 
-Documentation: plugins/modules/validate.py. The checks are in module_utils/_validate.py (types from
-each role's meta/argument_specs.yml, without coercion) and _validate_rules.py (ranges, forms,
+Documentation: plugins/modules/validate.py. The checks are in module_utils/_validate/engine.py (types from
+each role's meta/argument_specs.yml, without coercion) and _validate.engine/rules.py (ranges, forms,
 controller files). This file only gathers the values: per host of the pattern, the inventory and
 extra variables over the roles' defaults, templated the way the play will see them.
 """
@@ -16,8 +16,8 @@ from ansible.errors import AnsibleError, AnsibleUndefinedVariable
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.multinode.training.plugins.module_utils import _validate
-from ansible_collections.multinode.training.plugins.module_utils._validate_rules import MAY_BE_EMPTY, RULES
+from ansible_collections.multinode.training.plugins.module_utils._validate import engine
+from ansible_collections.multinode.training.plugins.module_utils._validate.rules import MAY_BE_EMPTY, RULES
 
 display = Display()
 
@@ -77,7 +77,7 @@ class ActionModule(ActionBase):
                 if name not in variables:
                     continue
                 try:
-                    values[name] = _validate.plain(templar.template(variables[name]))
+                    values[name] = engine.plain(templar.template(variables[name]))
                 except Exception as exc:  # any templating error is a message about that variable
                     if pattern_mode and isinstance(exc, AnsibleUndefinedVariable):
                         # e.g. a value built from facts, which the first play has not gathered:
@@ -85,7 +85,7 @@ class ActionModule(ActionBase):
                         deferred.add(role["name"])
                         continue
                     reason = str(getattr(exc, "message", None) or exc).strip().splitlines()[0][:200]
-                    problems.append(_validate.Problem(
+                    problems.append(engine.Problem(
                         name, variables[name], "cannot be templated (%s)" % reason,
                         "a value whose templates resolve on the controller"))
         return values, problems, deferred
@@ -107,8 +107,8 @@ class ActionModule(ActionBase):
             role = self._role(entry)
             role["tags"].update(own_tags)
             enabled = role["enabled"]
-            if not _validate.is_bool(enabled) or _validate.as_bool(enabled):
-                if _validate.tags_selected(role["tags"], only_tags, skip_tags):
+            if not engine.is_bool(enabled) or engine.as_bool(enabled):
+                if engine.tags_selected(role["tags"], only_tags, skip_tags):
                     roles.append(role)
         specs = {}
         for role in roles:
@@ -122,7 +122,7 @@ class ActionModule(ActionBase):
                 groups = sorted(task_vars.get("groups", {}))
                 variable = args.get("hosts_var") or "hosts"
                 shown = pattern if args.get("hosts_var") else "the host pattern %s" % pattern
-                problem = _validate.Problem(variable, shown, "matches no host of the inventory%s" % (
+                problem = engine.Problem(variable, shown, "matches no host of the inventory%s" % (
                     " (with --limit)" if context.CLIARGS.get("subset") else ""),
                     "a host pattern matching hosts; the inventory's groups: %s" % ", ".join(groups))
                 return dict(result, failed=True, msg=problem.line(), hosts=[])
@@ -138,10 +138,10 @@ class ActionModule(ActionBase):
             deferred.update(later)
             ctx = {"hosts": hosts if pattern is not None else list(task_vars.get("ansible_play_hosts_all") or hosts),
                    "host": host, "notes": [], "ssh_ports": [raws[host].get("ansible_port", 22)]}
-            problems.extend(_validate.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))
+            problems.extend(engine.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))
             per_host[host] = problems
             notes.extend(n for n in ctx["notes"] if n not in notes)
-        merged = _validate.merge_hosts(per_host, hosts)
+        merged = engine.merge_hosts(per_host, hosts)
         for note in notes:
             display.warning(note)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._train_preflight import CodeError, code_manifest as _manifest
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import CodeError, code_manifest as _manifest
 
 
 def code_manifest(src):

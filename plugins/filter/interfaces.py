@@ -1,12 +1,12 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters: an interface's facts and address by its name (see interface_facts.yml, interface_address.yml,
-interfaces_with_address.yml); the rule is plugins/module_utils/_interfaces.py."""
+interfaces_with_address.yml); the rule is plugins/module_utils/_nccl/interfaces.py."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils import _interfaces
+from ansible_collections.multinode.training.plugins.module_utils._nccl import interfaces as _interfaces
 
 
 def _facts(facts, name):

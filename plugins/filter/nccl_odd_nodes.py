@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._nccl_fabric import odd_nodes
+from ansible_collections.multinode.training.plugins.module_utils._nccl.fabric import odd_nodes
 
 
 def nccl_odd_nodes(signatures):

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._package_set import differences
-from ansible_collections.multinode.training.plugins.module_utils._requirements import lock_problems
+from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
+from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems
 
 
 def package_set_diff(sets):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._train_preflight import compare
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import compare
 
 
 def train_preflight_problems(probes, hosts, first, venv="", require_deepspeed=True, interface=""):

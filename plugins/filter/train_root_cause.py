@@ -2,12 +2,12 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters: the root cause of a failed job across its nodes (train_root_cause.yml), the play's report of a
 finished job (train_report.yml) and whether a launch ended the usual way (train_all_home.yml); the logic is
-plugins/module_utils/_torchrun.py."""
+plugins/module_utils/_node/torchrun.py."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import all_home, cross_node_root_cause, job_report
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import all_home, cross_node_root_cause, job_report
 
 
 def train_root_cause(results, node_errors=None):

@@ -3,7 +3,7 @@
 """Filter: which account runs the training job on a node (see train_run_user.yml)."""
 from __future__ import annotations
 
-from ansible_collections.multinode.training.plugins.module_utils._train_security import (
+from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     DEFAULT_ACCOUNT,
     SecurityError,
     decide_user,

@@ -175,7 +175,7 @@ jobs:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _build_plan
+from ansible_collections.multinode.training.plugins.module_utils._build import plan as _build_plan
 
 
 def main():

@@ -205,7 +205,9 @@ import platform
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
-from ansible_collections.multinode.training.plugins.module_utils import _build_plan, _deepspeed_build, _torch_info
+from ansible_collections.multinode.training.plugins.module_utils._build import plan as _build_plan
+from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._build import torch_info
 
 
 def main():
@@ -244,14 +246,14 @@ def main():
                   manifest_sha256=None, wheelhouse_key=None, wheelhouse_current=False, plan=None,
                   git=os.path.exists("/usr/bin/git"), ansible_facts=facts)
 
-    # The torch to build against: this run's first probe resolved it, or pip's dry run (_torch_info).
+    # The torch to build against: this run's first probe resolved it, or pip's dry run (_build.torch_info).
     if (p["torch"] or {}).get("version"):
         # Resolved by this run's first probe: pip's dry run would answer the same.
         torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))
     else:
-        torch = _torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
-                                                 venv_python=venv_python, pip_args=p["pip_args"]),
-                                    installed_first=_deepspeed_build.installed_torch)
+        torch = torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
+                                                venv_python=venv_python, pip_args=p["pip_args"]),
+                                   installed_first=_deepspeed_build.installed_torch)
     python_bin = p["python"] if os.path.isabs(p["python"]) else module.get_bin_path(p["python"])
     result["pip_python"] = venv_python if os.access(venv_python, os.X_OK) else python_bin
     rc, out, err = module.run_command([python_bin, "-c", _deepspeed_build.PYTHON_PROBE])

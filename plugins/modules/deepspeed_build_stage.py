@@ -67,7 +67,8 @@ import inspect
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_build, _run_logged
+from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._node import run_logged as _run_logged
 
 
 def main():

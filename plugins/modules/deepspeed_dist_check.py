@@ -56,7 +56,7 @@ current:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed
 
 
 def main():
@@ -70,7 +70,7 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    need = _deepspeed_build.dist_state(p["dist_dir"], p["manifest"], p["manifest_sha256"], p["wheelhouse_stamp"])
+    need = deepspeed.dist_state(p["dist_dir"], p["manifest"], p["manifest_sha256"], p["wheelhouse_stamp"])
     module.exit_json(changed=False, fetch=need, current=not any(need.values()))
 
 

@@ -55,7 +55,7 @@ moved:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
 
 
 def main():

@@ -42,7 +42,7 @@ options:
   wheelhouse_inputs:
     description:
       - C({torch_requirement, pip_args}) of the wheelhouse collected beside the wheel; with them the module
-        returns RV(wheelhouse_key), the stamp that wheelhouse must carry (module_utils/_deepspeed_build.py).
+        returns RV(wheelhouse_key), the stamp that wheelhouse must carry (module_utils/_build/deepspeed.py).
     type: dict
   publish_to:
     description: Folder the checked wheel, its build log and its manifest move into (the role's C(out/)).
@@ -97,7 +97,9 @@ published:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _deepspeed_build, _deepspeed_ops, _manifest
+from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._build import ops as _deepspeed_ops
+from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 
 
 def wheel_tags(filename):

@@ -226,7 +226,7 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._nccl_fabric import (
+from ansible_collections.multinode.training.plugins.module_utils._nccl.fabric import (
     FABRICS,
     GID_INDEX_MODES,
     FabricError,

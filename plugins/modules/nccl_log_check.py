@@ -120,7 +120,7 @@ import socket
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.multinode.training.plugins.module_utils._nccl_log import (
+from ansible_collections.multinode.training.plugins.module_utils._nccl.log import (
     parse,
     socket_fallbacks,
     summary,

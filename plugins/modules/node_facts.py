@@ -71,7 +71,7 @@ facts_source:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._node_facts import (
+from ansible_collections.multinode.training.plugins.module_utils._train.node_facts import (
     ROUTE_TARGETS,
     NodeFactsError,
     network_facts,

@@ -93,7 +93,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._platform_env import (
+from ansible_collections.multinode.training.plugins.module_utils._launch.platform_env import (
     RELEVANT,
     PlatformError,
     map_environment,

@@ -43,7 +43,7 @@ options:
     required: true
   bin_dir:
     description:
-      - Shared directory holding C(slurm_node.py), C(env_probe.py) and C(_torchrun.py) (the train role copies
+      - Shared directory holding C(slurm_node.py), C(env_probe.py) and C(_node/torchrun.py) (the train role copies
         them); the module adds C(supervisor.py).
     type: path
   partition:
@@ -335,7 +335,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._slurm import (
+from ansible_collections.multinode.training.plugins.module_utils._launch.slurm import (
     FINAL_STATES,
     SINFO_FORMAT,
     SlurmError,
@@ -350,7 +350,7 @@ from ansible_collections.multinode.training.plugins.module_utils._slurm import (
     resolve_nproc,
     srun_failures,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import (
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     TorchrunError,
     format_rdzv_conf,
     mask,
@@ -358,13 +358,13 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
     pick_root_cause,
     secret_values,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_collect import (
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import (
     collect,
     rank_dirs,
     read_json,
     read_text,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_proc import supervisor_source
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import supervisor_source
 
 
 def run(module, argv, check=True, env=None):
@@ -432,7 +432,7 @@ def submit(module):
     result = dict(changed=True, script=script, partition=partition, nproc_per_node=nproc)
     if module.check_mode:
         module.exit_json(**result)
-    for path in ("slurm_node.py", "env_probe.py", "_torchrun.py"):
+    for path in ("slurm_node.py", "env_probe.py", "_node/torchrun.py"):
         if not os.path.isfile(os.path.join(p["bin_dir"], path)):
             module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
     write_file(os.path.join(p["bin_dir"], "supervisor.py"), supervisor_source())

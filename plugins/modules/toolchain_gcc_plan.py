@@ -128,8 +128,8 @@ compiler_versions:
 import glob
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _toolchain
-from ansible_collections.multinode.training.plugins.module_utils._nvcc import find_nvcc, probe_nvcc
+from ansible_collections.multinode.training.plugins.module_utils._build import toolchain
+from ansible_collections.multinode.training.plugins.module_utils._build.nvcc import find_nvcc, probe_nvcc
 
 
 def main():
@@ -152,7 +152,7 @@ def main():
     p = module.params
     standard = p["cxx_standard"]
     if standard == "auto":
-        standard = _toolchain.cxx_standard(p["deepspeed_version"], p["torch_version"])
+        standard = toolchain.cxx_standard(p["deepspeed_version"], p["torch_version"])
     nvcc = None if p["nvcc"] == "none" else probe_nvcc(module, find_nvcc(module, p["nvcc"]))
     available = p["available"]
     if available is None and p["probe"] and not glob.glob("/var/lib/apt/lists/*_Packages*"):
@@ -164,15 +164,15 @@ def main():
         rc, names, err = module.run_command([apt_cache, "pkgnames", "g"])
         if rc != 0:
             module.fail_json(msg="apt-cache pkgnames g failed: %s" % err.strip())
-        available = _toolchain.parse_available(names)
+        available = toolchain.parse_available(names)
     result = dict(changed=False, available=available, cxx_standard=standard,
-                  min_gcc=_toolchain.MIN_GCC_FOR_STANDARD[standard], nvcc=nvcc)
+                  min_gcc=toolchain.MIN_GCC_FOR_STANDARD[standard], nvcc=nvcc)
     try:
-        result["version"] = _toolchain.plan_gcc(
+        result["version"] = toolchain.plan_gcc(
             p["requested"], available, standard,
             nvcc_release=nvcc and nvcc["release"], nvcc_max=nvcc and nvcc["max_gcc"],
             deepspeed_version=p["deepspeed_version"], require_available=p["require_available"])
-    except _toolchain.ToolchainError as exc:
+    except toolchain.ToolchainError as exc:
         module.fail_json(msg=str(exc), **result)
     if p["probe"]:
         result.update(probe_installed(module, result["version"], p))
@@ -183,12 +183,12 @@ def probe_installed(module, version, p):
     """What the role would change: packages missing, alternative not selected, and the compilers' versions."""
     packages = ["gcc-%s" % version, "g++-%s" % version] + p["extra_packages"]
     _rc, out, _err = module.run_command(["dpkg-query", "-W", "-f", "${Package} ${Status}\\n"] + packages)
-    installed = _toolchain.parse_dpkg_status(out)
+    installed = toolchain.parse_dpkg_status(out)
     found = dict(packages=packages, missing=[name for name in packages if name not in installed])
     found["selected"] = True
     if p["set_default"]:
         _rc, out, _err = module.run_command(["update-alternatives", "--query", "gcc"])
-        found["selected"] = _toolchain.alternative_selected(out, version, p["priority"])
+        found["selected"] = toolchain.alternative_selected(out, version, p["priority"])
     compilers = ["gcc", "g++"] if p["set_default"] else ["gcc-%s" % version, "g++-%s" % version]
     found["compiler_versions"] = {}
     for name in compilers:

@@ -489,7 +489,7 @@ survivors:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun_job import (
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.job import (
     ARGUMENT_SPEC,
     MUTUALLY_EXCLUSIVE,
     run_module,

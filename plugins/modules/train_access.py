@@ -235,7 +235,7 @@ listener:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._train_access import ARGUMENT_SPEC, run_module
+from ansible_collections.multinode.training.plugins.module_utils._train.access import ARGUMENT_SPEC, run_module
 
 
 def main():

@@ -109,7 +109,7 @@ connect:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._train_preflight import probe_node
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import probe_node
 
 
 def main():

@@ -13,7 +13,7 @@ description:
   - Checks every variable of the given roles of this collection against the role's
     C(meta/argument_specs.yml) without coercion (a string is never made into a list, null never
     into a string, C(maybe) is not a boolean), plus the semantic rules of
-    C(plugins/module_utils/_validate_rules.py) (absolute paths, ranges, names written into files,
+    C(plugins/module_utils/_validate/rules.py) (absolute paths, ranges, names written into files,
     one-line values, the wheel manifest on the controller).
   - With O(hosts), validates the variables of every host the pattern matches (inventory and
     extra variables over the roles' defaults) and fails when the pattern matches no host, naming

@@ -184,9 +184,10 @@ import socket
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils import _cuda_arch, _wheel_dist
-from ansible_collections.multinode.training.plugins.module_utils._cpu_isa import missing_flags
-from ansible_collections.multinode.training.plugins.module_utils._wheel_compat import (
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
+from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import missing_flags
+from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import (
     INTERPRETER_SCRIPT,
     gpu_notes,
     installed,
@@ -229,7 +230,7 @@ def main():
     else:
         python = {"executable": params["python"], "error": (err or out).strip()[-300:] or "exit status %d" % rc}
 
-    gpus, smi_commands = _cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi", required=False))
+    gpus, smi_commands = cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi", required=False))
     commands.extend(smi_commands)
     gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
 

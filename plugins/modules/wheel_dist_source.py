@@ -10,7 +10,7 @@ short_description: What role wheel_distribute sends to every node, read and chec
 version_added: 0.2.0
 description:
   - Chooses the manifest (explicit, beside an explicit wheel, or the newest in O(dist_dir)), reads and
-    validates it (module_utils C(_manifest)), checks that the wheel exists, is the one named and has the
+    validates it (module_utils C(_build.manifest)), checks that the wheel exists, is the one named and has the
     manifest's sha256, and lists the wheelhouse's C(*.whl) with sha256 and size. Without O(index_url),
     the wheelhouse must hold the manifest's torch.
   - Fails with one message naming the file and what is wrong; the role prefixes the node.
@@ -94,7 +94,7 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils import _wheel_dist
+from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
 
 
 def main():

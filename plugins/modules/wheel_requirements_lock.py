@@ -136,7 +136,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils import _requirements as reqs
+from ansible_collections.multinode.training.plugins.module_utils._wheel import requirements as reqs
 
 
 def reusable(sha256_of, lock_path, digest, dest, wheelhouse, wheel_dir):

@@ -4,7 +4,7 @@
 
 For the launch's module calls (train_access, torchrun): where it can, the action validates the
 task's arguments here with Ansible's own ArgumentSpecValidator and the module's argument spec, then
-sends the node's python, on stdin, plugins/module_utils/_light.py followed by ``main(<payload>)``:
+sends the node's python, on stdin, plugins/module_utils/_node/light.py followed by ``main(<payload>)``:
 the module_utils sources the entry imports (found by reading their imports, standard library only
 beyond them), the entry's name and the validated arguments, and those sources compiled here (run
 as they are where the node's Python has this one's bytecode magic number, else compiled there).
@@ -29,7 +29,7 @@ from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 
-from ansible_collections.multinode.training.plugins.module_utils import _light
+from ansible_collections.multinode.training.plugins.module_utils._node import light as _light
 
 _SOURCES = {}
 # entry -> its sources, packed (_light.pack) once
@@ -42,17 +42,16 @@ _LIGHT_TEXT = []
 def module_sources(entry):
     """``{dotted name: source}`` of ``entry`` (a module_utils module of this collection) and every
     module_utils module of this collection it imports, directly or not. Read from the files beside
-    _light.py, never imported here (each task's worker process pays this: a few milliseconds)."""
+    _node/light.py, never imported here (each task's worker process pays this: a few milliseconds)."""
     if entry in _SOURCES:
         return _SOURCES[entry]
-    folder = os.path.dirname(os.path.abspath(_light.__file__))
     sources = {}
     todo = [entry]
     while todo:
         name = todo.pop()
         if name in sources:
             continue
-        with open(os.path.join(folder, name.rsplit(".", 1)[1] + ".py")) as handle:
+        with open(os.path.join(_ROOT, *name[len(_light.PACKAGE) + 1:].split(".")) + ".py") as handle:
             sources[name] = handle.read()
         todo.extend(imports(sources[name]))
     _SOURCES[entry] = sources
@@ -60,8 +59,12 @@ def module_sources(entry):
 
 
 _PREFIX = re.escape(_light.PACKAGE)
-_FROM = re.compile(r"^[ \t]*from[ \t]+(%s(?:\.\w+)?)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)" % _PREFIX, re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+(%s\.\w+)" % _PREFIX, re.M)
+_FROM = re.compile(r"^[ \t]*from[ \t]+(%s(?:\.\w+)*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)" % _PREFIX, re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+(%s(?:\.\w+)+)" % _PREFIX, re.M)
+# module_utils and its subpackages (_node, _torchrun, ...): ``from <package>._node import watch``
+# names modules, ``from <package>._node.watch import x`` names a module's members.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(_light.__file__)))
+_SUBPACKAGES = frozenset(name for name in os.listdir(_ROOT) if os.path.isfile(os.path.join(_ROOT, name, "__init__.py")))
 
 
 def imports(source):
@@ -70,13 +73,13 @@ def imports(source):
     found = []
     for match in _FROM.finditer(source):
         module, names = match.groups()
-        if module != _light.PACKAGE:
+        if module != _light.PACKAGE and module[len(_light.PACKAGE) + 1:] not in _SUBPACKAGES:
             found.append(module)
             continue
         for name in names.strip("()").replace("\n", " ").split(","):
             name = name.split("#")[0].strip().split(" ")[0]
             if name:
-                found.append(_light.PACKAGE + "." + name)
+                found.append(module + "." + name)
     found.extend(match.group(1) for match in _IMPORT.finditer(source))
     return found
 
@@ -126,7 +129,7 @@ def packed_code(entry):
 
 
 def light_text():
-    """The source of _light.py (read once per process)."""
+    """The source of _node/light.py (read once per process)."""
     if not _LIGHT_TEXT:
         with open(_light.__file__) as handle:
             _LIGHT_TEXT.append(handle.read())
@@ -135,7 +138,7 @@ def light_text():
 
 def prepare(entry):
     """Warm this process for light calls of ``entry``: import it (its ARGUMENT_SPEC checks the
-    arguments), read and pack the module_utils sources it needs, read _light.py. The action plugins
+    arguments), read and pack the module_utils sources it needs, read _node/light.py. The action plugins
     call it when they are imported, which ansible-playbook does once, in its own process, before it
     forks a task's worker per node (the linear strategy asks each action class whether it bypasses
     the host loop): every node's worker inherits the work instead of doing it again (for torchrun's
@@ -148,7 +151,7 @@ def prepare(entry):
 
 
 def script(entry, params, check_mode=False, no_log_values=(), paths=()):
-    """The text the node's python reads on stdin: _light.py, then ``main(<payload>, <sources>,
+    """The text the node's python reads on stdin: _node/light.py, then ``main(<payload>, <sources>,
     <compiled sources>)``."""
     payload = {"entry": entry, "params": params, "paths": list(paths), "check_mode": bool(check_mode),
                "no_log_values": list(no_log_values)}

@@ -3,7 +3,7 @@
 """The per-node side of a Slurm job launched by multinode.training (train_launcher=slurm).
 
 The batch script that module slurm_job renders calls it three times (see
-plugins/module_utils/_slurm.py):
+plugins/module_utils/_launch/slurm.py):
 
   srun ... python3 slurm_node.py preflight JOB_DIR --python P --interface I [--script S]
       on every node: record python/torch/DeepSpeed/ops (env_probe.py run by P), the

@@ -61,7 +61,7 @@ ACCOUNT = "mtrain"
 
 
 def table_name(job_id):
-    """As _train_security.table_name: the nftables table of a job."""
+    """As _train.security.table_name: the nftables table of a job."""
     text = str(job_id)
     return "mt_%s_%s" % (re.sub(r"[^A-Za-z0-9_]", "_", text)[:40], hashlib.sha256(text.encode()).hexdigest()[:8])
 

@@ -1,12 +1,12 @@
 """The torchrun action's start-then-wait (O(state=started) with O(follow), the launch's one task per node):
 the start's own result where it failed or left no job, else the wait on that job (plugins/action/torchrun.py,
-_torchrun_follow.wait_args)."""
+_torchrun.follow.wait_args)."""
 from __future__ import annotations
 
 import pytest
 
 from ansible_collections.multinode.training.plugins.action import torchrun as action
-from ansible_collections.multinode.training.plugins.module_utils import _torchrun_follow as fol
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
 
 START = {"state": "started", "script": "/c/train.py", "args": ["--steps", "2"], "nnodes": "2", "rdzv_id": "job-1",
          "rdzv_endpoint": "10.0.0.1:29400", "log_dir": "/var/log/mt", "timeout": 600, "stop_grace": 5,

@@ -1,4 +1,4 @@
-"""Unit tests for filter train_root_cause (plugins/module_utils/_torchrun.py cross_node_root_cause):
+"""Unit tests for filter train_root_cause (plugins/module_utils/_node/torchrun.py cross_node_root_cause):
 the root cause of a failed job across its nodes, on the failures the torchrun module returns."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """slurm_job's reading of a finished job: every node's directory through the torchrun module's code
-(module_utils/_torchrun_collect.py), then one root cause across the nodes.
+(module_utils/_torchrun/collect.py), then one root cause across the nodes.
 
 The node directories are laid out as slurm_node.py leaves them on the shared storage, holding the
 two recorded torchrun agent logs of tests/fixtures/torchrun (a 4-rank job, rank 3 failing at step 2;

@@ -1,4 +1,4 @@
-"""The light call (plugins/plugin_utils/_light_exec.py, plugins/module_utils/_light.py): the
+"""The light call (plugins/plugin_utils/_light_exec.py, plugins/module_utils/_node/light.py): the
 controller's script, run by a real python on stdin, isolated (-I: no ansible, no collection on its
 path), as a node's python runs it."""
 import inspect
@@ -9,11 +9,12 @@ import sys
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils import _light, _torchrun_supervisor
+from ansible_collections.multinode.training.plugins.module_utils._node import light as _light
+from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as _torchrun_supervisor
 from ansible_collections.multinode.training.plugins.plugin_utils import _light_exec
 
-ACCESS = "ansible_collections.multinode.training.plugins.module_utils._train_access"
-TORCHRUN = "ansible_collections.multinode.training.plugins.module_utils._torchrun_job"
+ACCESS = "ansible_collections.multinode.training.plugins.module_utils._train.access"
+TORCHRUN = "ansible_collections.multinode.training.plugins.module_utils._torchrun.job"
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 
@@ -38,7 +39,7 @@ def test_the_sources_are_the_entry_and_what_it_imports_and_need_only_the_standar
     assert entry in sources
     if entry == TORCHRUN:
         # shipped into the job directory with inspect.getsource: must travel too
-        for name in ("_torchrun_supervisor", "_torchrun_watch", "_torchrun_rankwrap", "_torchrun"):
+        for name in ("_node.supervisor", "_node.watch", "_node.rankwrap", "_node.torchrun"):
             assert _light.PACKAGE + "." + name in sources
     for name, source in sources.items():
         for imported in _light_exec.imports(source):
@@ -56,33 +57,40 @@ def test_the_sources_are_the_entry_and_what_it_imports_and_need_only_the_standar
                 assert mod.startswith(_light.PACKAGE) or mod.split(".")[0] in STDLIB, (name, mod)
 
 
+# module_utils (the folder above _node/) and its subpackages: what ``from <package> import`` names
+ROOT = os.path.dirname(os.path.dirname(_light.__file__))
+PACKAGES = {_light.PACKAGE} | {_light.PACKAGE + "." + name for name in os.listdir(ROOT)
+                               if os.path.isfile(os.path.join(ROOT, name, "__init__.py"))}
+
+
 def ast_imports(source):
     import ast
     found = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith(_light.PACKAGE + "."))
-        elif isinstance(node, ast.ImportFrom) and node.module == _light.PACKAGE:
-            found.update(_light.PACKAGE + "." + a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module in PACKAGES:
+            found.update(node.module + "." + a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith(_light.PACKAGE + "."):
             found.add(node.module)
     return found
 
 
 def test_the_import_scan_finds_what_python_s_parser_finds_in_every_module_utils_file():
-    folder = os.path.dirname(_light.__file__)
     scanned = 0
-    for name in sorted(os.listdir(folder)):
-        if name.endswith(".py"):
-            with open(os.path.join(folder, name)) as handle:
-                source = handle.read()
-            assert set(_light_exec.imports(source)) == ast_imports(source), name
-            scanned += bool(ast_imports(source))
+    for folder, _dirs, names in os.walk(ROOT):
+        for name in sorted(names):
+            if name.endswith(".py"):
+                with open(os.path.join(folder, name)) as handle:
+                    source = handle.read()
+                assert set(_light_exec.imports(source)) == ast_imports(source), name
+                scanned += bool(ast_imports(source))
     assert scanned >= 10
     # the forms: one line, parenthesized over lines, a submodule, `import`
     text = ("from %s import (\n    _a,\n    _b as b,  # note\n)\nfrom %s._c import x\nimport %s._d\n"
-            "from %s import _e, _f\n" % ((_light.PACKAGE,) * 4))
-    assert sorted(_light_exec.imports(text)) == [_light.PACKAGE + "." + n for n in ("_a", "_b", "_c", "_d", "_e", "_f")]
+            "from %s import _e, _f\nfrom %s._node import (watch,\n    supervisor as sup)\n" % ((_light.PACKAGE,) * 5))
+    assert sorted(_light_exec.imports(text)) == [_light.PACKAGE + "." + n for n in (
+        "_a", "_b", "_c", "_d", "_e", "_f", "_node.supervisor", "_node.watch")]
 
 
 def test_train_access_runs_light_and_finds_the_port_collision(tmp_path):
@@ -129,8 +137,8 @@ def test_a_shipped_source_is_readable_with_inspect_and_equals_the_file():
     """The torchrun module writes supervisor.py, mt_watch.py and mt_rank.py from
     inspect.getsource of its module_utils: that must work on sources that travelled in memory."""
     entry = _light.PACKAGE + "._probe_source"
-    sources = dict(_light_exec.module_sources(_light.PACKAGE + "._torchrun_supervisor"))
-    sources[entry] = ("import inspect\nfrom %s import _torchrun_supervisor\n\n"
+    sources = dict(_light_exec.module_sources(_light.PACKAGE + "._node.supervisor"))
+    sources[entry] = ("import inspect\nfrom %s._node import supervisor as _torchrun_supervisor\n\n"
                       "def run_module(module):\n"
                       "    module.exit_json(src=inspect.getsource(_torchrun_supervisor))\n" % _light.PACKAGE)
     with open(_light.__file__) as handle:
@@ -254,8 +262,8 @@ def test_a_working_directory_that_cannot_be_read_is_left_for_home_as_ansiblemodu
     module starts inherits the cwd. Here: a removed one (root reads any existing one)."""
     gone = tmp_path / "gone"
     gone.mkdir()
-    code = ("import os, sys; sys.path.insert(0, %r); import _light; os.chdir(%r); os.rmdir(%r); "
-            "print(_light.readable_cwd(), os.getcwd())" % (os.path.dirname(_light.__file__), str(gone), str(gone)))
+    code = ("import os, sys; sys.path.insert(0, %r); import light; os.chdir(%r); os.rmdir(%r); "
+            "print(light.readable_cwd(), os.getcwd())" % (os.path.dirname(_light.__file__), str(gone), str(gone)))
     done = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           env=dict(os.environ, HOME=str(tmp_path)), check=False)
     assert done.returncode == 0, done.stderr.decode()

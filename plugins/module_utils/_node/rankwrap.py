@@ -1,0 +1,90 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The rank wrapper: every rank of a job runs the user's script through this file.
+
+Standard library only; the torchrun module writes its source into the job directory
+(``mt_rank.py``) and gives it to torchrun as the entry point, followed by the script (or ``-m
+module``) and its arguments. In the rank's own process it:
+
+- writes ``<job dir>/exits/<restart>_<local rank>.start`` (pid, global rank, time) before the
+  script runs, and ``.exit`` (exit code, time, the exception's last line) when it ends, so the
+  node's watcher (_node.watch) learns about a failure the moment it happens, with its cause,
+  whether or not the script uses torch's ``@record``;
+- runs the script as ``__main__`` (``runpy``: ``sys.argv``, ``sys.path[0]`` and ``__file__`` as
+  ``python script.py`` would set them); an exception still prints its traceback and exits 1.
+
+A rank killed by a signal (OOM killer, SIGKILL) writes no ``.exit``; the watcher sees its pid gone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import sys
+import time
+import traceback
+
+
+def _record(kind, data):
+    job_dir = os.environ.get("MULTINODE_TRAINING_JOB_DIR")
+    if not job_dir:
+        return
+    exits = os.path.join(job_dir, "exits")
+    name = "%s_%s" % (os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"), os.environ.get("LOCAL_RANK", "0"))
+    try:
+        os.makedirs(exits, exist_ok=True)
+        path = os.path.join(exits, "%s.%s" % (name, kind))
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as handle:
+            json.dump(data, handle)
+        os.rename(tmp, path)
+    except OSError:
+        pass
+
+
+def _code(value):
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value
+    return 1
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _record("start", {"pid": os.getpid(), "time": time.time(),
+                      "rank": int(os.environ.get("RANK", "-1")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+                      "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
+    code, message = 0, None
+    try:
+        if argv[:1] == ["-m"]:
+            sys.argv = [argv[1]] + argv[2:]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            script = argv[0]
+            sys.argv = argv
+            sys.path[0] = os.path.dirname(os.path.abspath(script))
+            runpy.run_path(script, run_name="__main__")
+    except SystemExit as exc:
+        code = _code(exc.code)
+        if code and not isinstance(exc.code, int) and exc.code is not None:
+            message = str(exc.code)
+        _finish(code, message)
+        raise
+    except BaseException as exc:  # noqa: B902 - recorded, then re-raised unchanged
+        lines = traceback.format_exception_only(type(exc), exc)
+        message = lines[-1].strip() if lines else type(exc).__name__
+        _finish(1, message)
+        raise
+    _finish(0, None)
+    return 0
+
+
+def _finish(code, message):
+    _record("exit", {"exitcode": code, "message": message, "time": time.time(),
+                     "rank": int(os.environ.get("RANK", "-1")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
+                     "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

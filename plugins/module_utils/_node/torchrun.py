@@ -1,0 +1,534 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Pure logic of the torchrun module: validate options, build the argv, read torchrun's output.
+
+Nothing here starts a process or imports Ansible: the module
+(plugins/modules/torchrun.py) does the acting; tests/unit exercises this file
+on recorded torchrun output (tests/fixtures/torchrun/).
+
+Layout of one job on a node (everything under ``<log_dir>/<job_id>/``)::
+
+    job.json            what was started: masked argv, pid/pgid, start time, options
+    torchrun.log        the torchrun agent's stdout+stderr (LOGLEVEL=INFO)
+    result.json         written by the supervisor when torchrun ended: rc, end time
+    torchrun_error.json root-cause error torchrun copies from the failing rank
+    ranks/<rdzv_id>_<random>/attempt_<n>/<local_rank>/{stdout,stderr}.log, error.json
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+
+JOB_ENV = "MULTINODE_TRAINING_JOB"
+JOB_DIR_ENV = "MULTINODE_TRAINING_JOB_DIR"
+MASK = "********"
+SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Errors a rank raises because *another* rank died first: never the root cause
+# when a first-hand failure exists at (about) the same time.
+PEER_ERROR_RE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crashing|Broken pipe"
+    r"|DistNetworkError|NCCL communicator was aborted|Socket Timeout|recvBytes|Timed out waiting"
+    r"|connection refused",
+    re.IGNORECASE,
+)
+
+
+class TorchrunError(ValueError):
+    """An option value that cannot work; the message names the option, the value and what is valid."""
+
+
+# ---------------------------------------------------------------- options
+
+def parse_nnodes(value):
+    """``2`` / ``"2"`` / ``"1:4"`` -> (min, max). MIN <= MAX, both >= 1."""
+    text = str(value).strip()
+    match = re.match(r"^(\d+)(?::(\d+))?$", text)
+    if not match or isinstance(value, bool):
+        raise TorchrunError("nnodes=%r: expected a node count N or an elastic range MIN:MAX (e.g. 2 or 1:4)" % (value,))
+    low = int(match.group(1))
+    high = int(match.group(2)) if match.group(2) is not None else low
+    if low < 1:
+        raise TorchrunError("nnodes=%r: node counts start at 1" % (value,))
+    if low > high:
+        raise TorchrunError("nnodes=%r: MIN (%d) is greater than MAX (%d); valid: MIN <= MAX" % (value, low, high))
+    return low, high
+
+
+def nnodes_arg(low, high):
+    return str(low) if low == high else "%d:%d" % (low, high)
+
+
+def validate_port(port, option="port"):
+    try:
+        number = int(port)
+    except (TypeError, ValueError):
+        raise TorchrunError("%s=%r: not a number; valid: 1-65535" % (option, port))
+    if isinstance(port, bool) or not 1 <= number <= 65535:
+        raise TorchrunError("%s=%r: outside 1-65535" % (option, port))
+    return number
+
+
+def _is_ipv6(text):
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0]).version == 6
+    except ValueError:
+        return False
+
+
+def format_endpoint(host, port):
+    """host + port -> ``host:port``; an IPv6 literal is bracketed (``[fd00::1]:29400``)."""
+    host = str(host).strip()
+    if not host:
+        raise TorchrunError("rdzv_endpoint: empty host")
+    number = validate_port(port, "rdzv port")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if _is_ipv6(bare):
+        return "[%s]:%d" % (bare, number)
+    if ":" in bare:
+        raise TorchrunError("rdzv_endpoint host %r: not an IPv6 address and contains ':'" % (host,))
+    return "%s:%d" % (bare, number)
+
+
+def normalize_endpoint(endpoint):
+    """Validate a ``host:port`` / ``[v6]:port`` / bare IPv6 string; return the canonical form."""
+    text = str(endpoint).strip()
+    match = re.match(r"^\[([^\]]+)\]:(\d+)$", text)
+    if match:
+        return format_endpoint(match.group(1), match.group(2))
+    host, sep, port = text.rpartition(":")
+    if ":" in host or _is_ipv6(text):
+        raise TorchrunError("rdzv_endpoint=%r: an IPv6 address needs brackets and a port, e.g. [fd00::1]:29400"
+                            % (text,))
+    if not sep or not host:
+        raise TorchrunError("rdzv_endpoint=%r: expected host:port (IPv6 as [addr]:port)" % (text,))
+    return format_endpoint(host, port)
+
+
+def format_rdzv_conf(conf):
+    """dict -> ``key=value,key=value`` (sorted, booleans lower-case) for ``--rdzv_conf``."""
+    parts = []
+    for key in sorted(conf or {}):
+        value = conf[key]
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        value = str(value)
+        if not re.match(r"^[A-Za-z0-9_]+$", str(key)) or any(c in value for c in ",="):
+            raise TorchrunError("rdzv_conf %r=%r: keys are identifiers, values may not contain ',' or '='" % (key, value))
+        parts.append("%s=%s" % (key, value))
+    return ",".join(parts)
+
+
+def validate_job_id(job_id, option="rdzv_id"):
+    if not JOB_ID_RE.match(str(job_id or "")):
+        raise TorchrunError("%s=%r: use 1-128 characters of letters, digits, '_', '.', '-' (it names a directory)"
+                            % (option, job_id))
+    return str(job_id)
+
+
+def count_gpus_nvidia_smi(text):
+    """Count ``GPU <n>:`` lines of ``nvidia-smi -L`` (MIG lines are indented and not counted)."""
+    return sum(1 for line in (text or "").splitlines() if re.match(r"^GPU \d+:", line))
+
+
+def resolve_nproc(value, gpu_count, cpu_nproc):
+    """``auto`` -> the GPU count, or ``cpu_nproc`` on a node without GPUs; a number stays a number."""
+    if str(value) == "auto":
+        if gpu_count:
+            return int(gpu_count)
+        if cpu_nproc is None:
+            raise TorchrunError("nproc_per_node=auto: no GPU found on this node and cpu_nproc is not set")
+        value = cpu_nproc
+        option = "cpu_nproc"
+    else:
+        option = "nproc_per_node"
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise TorchrunError("%s=%r: expected 'auto' or a positive integer" % (option, value))
+    if number < 1:
+        raise TorchrunError("%s=%r: expected a positive integer" % (option, value))
+    return number
+
+
+def is_secret_key(key):
+    return bool(SECRET_KEY_RE.search(str(key)))
+
+
+def secret_values(env):
+    """Values to mask: those of keys that look secret (``*TOKEN*``, ``*KEY*``, ``*SECRET*``, ``*PASSWORD*``)."""
+    return sorted({str(v) for k, v in (env or {}).items() if is_secret_key(k) and v not in (None, "")},
+                  key=len, reverse=True)
+
+
+def mask(value, secrets):
+    """Replace every secret occurrence in a string or a list of strings."""
+    if isinstance(value, (list, tuple)):
+        return [mask(v, secrets) for v in value]
+    if value is None:
+        return None
+    text = str(value)
+    for secret in secrets:
+        text = text.replace(secret, MASK)
+    return text
+
+
+def parse_env_file(text, path="<env file>"):
+    """``KEY=VALUE`` lines (``#`` comments, blank lines, optional ``export``, optional quotes) -> dict."""
+    result = {}
+    for number, raw in enumerate((text or "").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("export "):
+            line = line[len("export "):].lstrip()
+        key, sep, value = line.partition("=")
+        key = key.strip()
+        if not sep or not ENV_NAME_RE.match(key):
+            raise TorchrunError("%s line %d: expected KEY=VALUE, got %r" % (path, number, raw))
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        result[key] = value
+    return result
+
+
+def check_env(env, option="env"):
+    """The job's environment: names as keys, one-line values without NUL (it is also recorded in job.json)."""
+    for key, value in (env or {}).items():
+        if not ENV_NAME_RE.match(str(key)):
+            raise TorchrunError("%s[%s]: %r is not a variable name; valid: letters, digits and _, not starting "
+                                "with a digit" % (option, json.dumps(str(key)), key))
+        text = "" if value is None else str(value)
+        if any(c in text for c in "\n\r\x00"):
+            raise TorchrunError("%s[%s]: the value holds a newline or NUL; valid: one line"
+                                % (option, json.dumps(str(key))))
+
+
+def build_argv(python, opts):
+    """The torchrun command as an argv list; script args are appended verbatim (no shell anywhere)."""
+    low, high = parse_nnodes(opts["nnodes"])
+    argv = [python, "-m", "torch.distributed.run",
+            "--nnodes", nnodes_arg(low, high),
+            "--nproc_per_node", str(opts["nproc_per_node"]),
+            "--rdzv_backend", opts.get("rdzv_backend") or "c10d",
+            "--rdzv_id", validate_job_id(opts["rdzv_id"])]
+    if opts.get("rdzv_endpoint"):
+        argv += ["--rdzv_endpoint", normalize_endpoint(opts["rdzv_endpoint"])]
+    elif high > 1:
+        raise TorchrunError("rdzv_endpoint is required when nnodes=%r spans more than one node" % (opts["nnodes"],))
+    if opts.get("rdzv_conf"):
+        argv += ["--rdzv_conf", format_rdzv_conf(opts["rdzv_conf"])]
+    if opts.get("node_rank") is not None:
+        if not 0 <= int(opts["node_rank"]) < high:
+            raise TorchrunError("node_rank=%r: valid 0..%d for nnodes=%r" % (opts["node_rank"], high - 1, opts["nnodes"]))
+        argv += ["--node_rank", str(int(opts["node_rank"]))]
+    argv += ["--max_restarts", str(int(opts.get("max_restarts") or 0))]
+    if opts.get("local_addr"):
+        argv += ["--local_addr", str(opts["local_addr"])]
+    if opts.get("log_dir"):
+        argv += ["--log_dir", opts["log_dir"], "--redirects", "3"]
+        if opts.get("tee"):
+            argv += ["--tee", "3"]
+    args = opts.get("args") or []
+    if not isinstance(args, (list, tuple)):
+        raise TorchrunError("args=%r: must be a list (each item reaches the script as one argument)" % (args,))
+    # With a rank wrapper (the job's mt_rank.py), torchrun runs the wrapper and the wrapper the
+    # script or module, in the rank's own process (_node.rankwrap).
+    wrapper = [opts["wrapper"]] if opts.get("wrapper") else []
+    if opts.get("module"):
+        argv += wrapper + ["-m", opts["module"]] if wrapper else ["-m", opts["module"]]
+    elif opts.get("script"):
+        argv += wrapper + [opts["script"]]
+    else:
+        raise TorchrunError("one of script or module is required")
+    argv += [str(a) for a in args]
+    return argv
+
+
+# ---------------------------------------------------------------- results
+
+_LOG_PREFIX_RE = re.compile(r"^[IWEDC]\d{4} [\d:.]+ +\d+ [^\]]+\] ?")
+
+
+def _strip_prefix(line):
+    return _LOG_PREFIX_RE.sub("", line)
+
+
+def _int_list(text):
+    return [int(x) for x in re.findall(r"-?\d+", text or "")]
+
+
+def parse_agent_log(text):
+    """Read what the torchrun agent printed (LOGLEVEL=INFO): rendezvous result and failure summary.
+
+    Returns ``{"rendezvous": {...} or None, "failures": [...], "root_cause": {...} or None}``.
+    Each failure: rank, local_rank, exitcode, signal, pid, host, time, error_file, message (the
+    last line of its traceback).
+    """
+    lines = (text or "").splitlines()
+    rendezvous = None
+    for index, line in enumerate(lines):
+        if "Rendezvous complete for workers" in line:
+            rendezvous = {}
+            for follow in lines[index + 1:index + 16]:
+                body = _strip_prefix(follow).strip()
+                key, sep, value = body.partition("=")
+                if not sep:
+                    if rendezvous:
+                        break
+                    continue
+                rendezvous[key.strip()] = value.strip()
+    if rendezvous is not None:
+        rendezvous = {
+            "restart_count": int(rendezvous.get("restart_count", 0) or 0),
+            "master_addr": rendezvous.get("master_addr"),
+            "group_rank": int(rendezvous["group_rank"]) if "group_rank" in rendezvous else None,
+            "group_world_size": int(rendezvous["group_world_size"]) if "group_world_size" in rendezvous else None,
+            "local_ranks": _int_list(rendezvous.get("local_ranks")),
+            "global_ranks": _int_list(rendezvous.get("global_ranks")),
+            "world_size": (_int_list(rendezvous.get("global_world_sizes")) or [None])[0],
+        }
+    failures, root_cause = [], None
+    section, current = None, None
+    for line in lines:
+        stripped = line.strip()
+        if stripped.startswith("Failures:"):
+            section = "failure"
+            continue
+        if stripped.startswith("Root Cause"):
+            section = "root"
+            continue
+        if section is None:
+            continue
+        if re.match(r"^\[\d+\]:$", stripped):
+            current = {"traceback": []}
+            if section == "root":
+                root_cause = current
+            else:
+                failures.append(current)
+            continue
+        if stripped.startswith("=====") or stripped.startswith("-----"):
+            current = None
+            continue
+        if current is None:
+            continue
+        match = re.match(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$", line)
+        if match and not current.get("_in_traceback"):
+            key, value = match.group(1), match.group(2).strip()
+            if key == "traceback":
+                current["_in_traceback"] = True
+                current["traceback"].append(value)
+            else:
+                current[key] = value
+        elif current.get("_in_traceback"):
+            current["traceback"].append(line.strip())
+    result = []
+    for entry in ([root_cause] if root_cause else []) + failures:
+        result.append(_normalize_failure(entry))
+    root = result[0] if root_cause else None
+    return {"rendezvous": rendezvous, "failures": result[1:] if root else result, "root_cause": root}
+
+
+def _normalize_failure(entry):
+    rank = re.match(r"^(-?\d+)(?: \(local_rank: (\d+)\))?", entry.get("rank", ""))
+    code = re.match(r"^(-?\d+)(?: \(pid: (\d+)\))?(?:\s+\((\w+)\))?", entry.get("exitcode", ""))
+    lines = [x for x in entry.get("traceback", []) if x]
+    message = lines[-1] if lines else None
+    if message and message.startswith("To enable traceback"):
+        message = None
+    error_file = entry.get("error_file")
+    return {
+        "rank": int(rank.group(1)) if rank else None,
+        "local_rank": int(rank.group(2)) if rank and rank.group(2) is not None else None,
+        "exitcode": int(code.group(1)) if code else None,
+        "pid": int(code.group(2)) if code and code.group(2) else None,
+        "signal": code.group(3) if code and code.group(3) else None,
+        "host": entry.get("host"),
+        "time": entry.get("time"),
+        "error_file": None if not error_file or error_file.startswith("<") else error_file,
+        "message": message,
+    }
+
+
+def parse_error_file(data):
+    """A rank's ``error.json`` (written by torch's @record / ErrorHandler) -> message, traceback, timestamp."""
+    if isinstance(data, (str, bytes)):
+        data = json.loads(data)
+    message = data.get("message")
+    traceback, timestamp = None, data.get("timestamp")
+    if isinstance(message, dict):
+        extra = message.get("extraInfo") or {}
+        traceback = extra.get("py_callstack")
+        timestamp = extra.get("timestamp", timestamp)
+        message = message.get("message")
+    try:
+        timestamp = int(timestamp) if timestamp is not None else None
+    except (TypeError, ValueError):
+        timestamp = None
+    return {"message": message, "traceback": traceback, "timestamp": timestamp}
+
+
+# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier). This
+# file is shipped alone to Slurm nodes (standard library only): the watcher's copy
+# (_node.watch.LOCAL_SUCCEEDED) is kept equal by a unit test.
+LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
+
+
+def local_workers_succeeded(agent_log):
+    """The agent's local worker group finished successfully (it may still wait in its exit barrier)."""
+    return any(line in (agent_log or "") for line in LOCAL_SUCCEEDED)
+
+
+def is_peer_error(message, exitcode=None):
+    """True for errors that are a consequence of another rank's failure (or a kill by the agent)."""
+    if exitcode is not None and exitcode < 0:
+        return True
+    return bool(message and PEER_ERROR_RE.search(message))
+
+
+def rank_results(local_ranks, global_ranks, failures, rc):
+    """Per-rank outcome on this node: exit code and state (succeeded/failed/terminated/unknown)."""
+    by_local = {f["local_rank"]: f for f in failures if f.get("local_rank") is not None}
+    results = []
+    for index, local in enumerate(local_ranks):
+        failure = by_local.get(local)
+        entry = {"local_rank": local,
+                 "rank": global_ranks[index] if index < len(global_ranks) else None,
+                 "exitcode": None, "state": "unknown"}
+        if failure:
+            entry["exitcode"] = failure["exitcode"]
+            entry["state"] = "terminated" if (failure["exitcode"] or 0) < 0 else "failed"
+        elif rc == 0:
+            entry["exitcode"], entry["state"] = 0, "succeeded"
+        results.append(entry)
+    return results
+
+
+def pick_root_cause(failures):
+    """The first failure by time, preferring first-hand errors over peer/terminated ones at a tie.
+
+    Each failure needs ``timestamp`` (float seconds, the error file's mtime when known) and may carry
+    ``peer`` (bool). Works across nodes as well as within one.
+    """
+    candidates = [f for f in failures if f]
+    if not candidates:
+        return None
+    first_hand = [f for f in candidates if not f.get("peer")]
+    pool = first_hand or candidates
+    return sorted(pool, key=lambda f: (f.get("timestamp") is None, f.get("timestamp") or 0))[0]
+
+
+def tail(text, lines=20):
+    return "\n".join((text or "").splitlines()[-lines:])
+
+
+def summarize_failure(host, root):
+    """One line for humans: ``rank 3 (local 1) on node2 exited 1: RuntimeError: ...``."""
+    if not root:
+        return "torchrun failed on %s (no rank failure recorded; see torchrun.log)" % host
+    return "rank %s (local_rank %s) on %s exited %s: %s" % (
+        root.get("rank"), root.get("local_rank"), host, root.get("exitcode"), root.get("message") or "no error message")
+
+
+def cross_node_root_cause(results, node_errors=None):
+    """Every node's result -> the job's root cause: {"root": failure with ``node`` or None, "line": str}.
+
+    ``results`` maps node -> the torchrun module's result (its ``failures``); ``node_errors`` maps
+    each failed node -> its error line (used when no rank failure was recorded anywhere, e.g. a
+    timeout or a node that could not start). The root is pick_root_cause over all nodes'
+    failures: first-hand before peer errors, then the earliest; a failure without a time stamp
+    sorts last instead of breaking the comparison.
+    """
+    failures = []
+    for node in sorted(results or {}):
+        for failure in (results[node] or {}).get("failures") or []:
+            if isinstance(failure, dict):
+                failures.append(dict(failure, node=node))
+    root = pick_root_cause(failures)
+    if root:
+        return {"root": root, "line": summarize_failure(root["node"], root)}
+    errors = node_errors or {}
+    return {"root": None, "line": "; ".join(str(errors[node]) for node in errors)}
+
+
+def _first(values, empty):
+    for value in values:
+        if value:
+            return value
+    return empty
+
+
+def all_home(results, hosts, failed_nodes=()):
+    """The usual end of a launch (roles/train/tasks/job.yml): no node failed and the wait brought every
+    node's job directory home with its result (``collected``) -> True; then nothing is left to stop or
+    collect. False for no hosts, a node without a result (unreachable, never waited on) or one whose logs
+    the wait did not bring (collected false: the collect fallback fetches them)."""
+    hosts = list(hosts or [])
+    if not hosts or list(failed_nodes or []):
+        return False
+    results = results or {}
+    return all(isinstance(results.get(host), dict) and results[host].get("collected") is True for host in hosts)
+
+
+def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
+               lost_timeout=10, nnodes=""):
+    """The play's report of a finished job (roles/train/tasks/report.yml) from every node's result of
+    the torchrun module (O(state=finished); {} for a node that returned none) -> {lines, root_line,
+    rank0_log, lost}.
+
+    - ``root_line``: what the nodes' watchers decided (the first failure across the nodes, a lost
+      node, an expired lease) wins; a job whose only failed nodes were lost names them as lost (their
+      connection errors are not the cause); else ``cross_node_root_cause``.
+    - ``lines``: the job (world size, nodes, rendezvous, where the logs are), one line per node (rc,
+      ranks, duration, timed out, FAILED), and for a failed job the root cause and the ranks stopped as
+      its consequence; the lost nodes.
+    - ``rank0_log``: the controller's copy of global rank 0's stdout ('' when no node reported it).
+    """
+    results = dict((host, (results or {}).get(host) or {}) for host in hosts)
+    ordered = [results[host] for host in hosts]
+    failed_nodes = list(failed_nodes or [])
+    stop_line = _first((r.get("stop_line") for r in ordered), "")
+    first_failure = _first((r.get("first_failure") for r in ordered), {})
+    lost = []
+    for result in ordered:
+        for node in result.get("lost") or []:
+            if node not in lost:
+                lost.append(node)
+    if stop_line:
+        root_line = stop_line
+    elif lost and not [node for node in failed_nodes if node not in lost]:
+        root_line = "node %s lost (no heartbeat for %ss)" % (", ".join(lost), lost_timeout)
+    else:
+        root_line = cross_node_root_cause(results, node_errors)["line"]
+    world = _first((r.get("world_size") for r in ordered), "unknown")
+    lines = ["job %s: world size %s on %d node(s), rendezvous %s, logs in %s/%s/"
+             % (job_id, world, len(hosts), endpoint, runs_dir, job_id)]
+    consequences, rank0_log = [], ""
+    prefix = "%s/%s/" % (log_dir, job_id)
+    for host in hosts:
+        result = results[host]
+        ranks = result.get("ranks") or []
+        listed = ",".join(str(r.get("rank")) for r in ranks if r.get("rank") is not None) or "-"
+        lines.append("%s: rc %s, ranks %s, %s s%s%s" % (
+            host, "none" if result.get("rc") is None else result["rc"], listed,
+            "?" if result.get("duration") is None else result["duration"],
+            ", timed out" if result.get("timed_out") else "", ", FAILED" if host in failed_nodes else ""))
+        for rank in ranks:
+            first_hand = host == first_failure.get("node") and rank.get("local_rank") == first_failure.get("local_rank")
+            if rank.get("state") != "succeeded" and not first_hand:
+                consequences.append("rank %s on %s" % (rank.get("rank"), host))
+            if rank.get("rank") == 0 and rank.get("stdout") and not rank0_log:
+                stdout = rank["stdout"]
+                rank0_log = "%s/%s/%s/%s" % (runs_dir, job_id, host,
+                                             stdout[len(prefix):] if stdout.startswith(prefix) else stdout)
+    if failed_nodes:
+        lines.append("root cause: " + root_line)
+        if consequences:
+            lines.append("stopped as a consequence: " + ", ".join(consequences))
+    if lost:
+        lines.append("lost node(s): %s%s" % (", ".join(lost),
+                                             " (elastic: the job went on without them)" if ":" in str(nnodes) else ""))
+    return {"lines": lines, "root_line": root_line, "rank0_log": rank0_log, "lost": lost}

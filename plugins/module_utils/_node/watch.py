@@ -1,0 +1,925 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The job watcher: stops a job on every node within seconds, detects lost nodes, enforces the controller lease.
+
+Standard library only: the torchrun module writes this file's source into the job directory
+(``mt_watch.py``) and starts it on every node next to the supervisor, as the job's account; it
+runs with the job's python after the module's own files are gone. The top half is pure decision
+logic (unit-tested in tests/unit/plugins/module_utils/_node/test_watch.py); ``main`` acts.
+
+How the nodes watch each other (docs/train.md, "Failures and long jobs"):
+
+- Every rank runs under ``mt_rank.py`` (the rank wrapper, _node.rankwrap), which writes
+  ``exits/<restart>_<local rank>.start`` (pid) when the rank starts and ``.exit`` (exit code,
+  time, the exception's last line) when it ends. A rank gone without an ``.exit`` record was
+  killed by a signal (OOM kill, SIGKILL). Nothing here waits for torchrun or for the other ranks
+  to notice: a blocked collective never does.
+- The first node's watcher (the c10d store host) is the hub: it listens on the watch port; the
+  other nodes' watchers keep one TCP connection to it and send their state every 0.5 s. A
+  message carries the job's token (a random secret the controller generated; never in argv).
+- A rank failure (non-restartable job) or a torchrun that ended non-zero is a *failure*: the
+  node stops its own ranks at once and reports it; the hub answers every node with ``stop``
+  (the first failure by time), each node SIGTERMs its ranks and SIGKILLs what is left after
+  ``fail_grace`` seconds.
+- A node whose messages stop for ``lost`` seconds is lost: the hub stops the job (non-elastic)
+  or makes the remaining nodes restart their ranks (elastic: torchrun re-rendezvouses without
+  it). A node that cannot reach the hub for ``lost`` seconds stops its job: c10d cannot survive
+  the loss of the store host.
+- ``lease`` > 0: the controller renews ``<job dir>/lease`` while it waits; a node whose lease is
+  older than ``lease`` seconds stops the job (the controller is gone). 0: detached, the
+  supervisors own the job until it ends or ``timeout``.
+"""
+from __future__ import annotations
+
+import hmac
+import json
+import os
+import re
+import select
+import signal
+import socket
+import sys
+import threading
+import time
+from stat import S_ISDIR, S_ISLNK, S_ISREG
+
+TERMINAL = ("succeeded", "failed", "stopped")
+# Links open_dir follows on one path before it gives up (the kernel's own limit, ELOOP).
+MAX_LINKS = 40
+# Errors a rank raises because a peer died (the same list as _node.torchrun.PEER_ERROR_RE; this file is
+# standard library only): the first such failure does not name the cause when a node was lost.
+PEER_RE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crashing|Broken pipe"
+    r"|DistNetworkError|NCCL communicator was aborted|Socket Timeout|recvBytes|Timed out waiting"
+    r"|connection refused",
+    re.IGNORECASE,
+)
+EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning|Fault|Timeout)|"
+                         r"[A-Za-z_][\w.]*\.[A-Z]\w*|[A-Z]\w*Error)(?::\s.*)?$")
+
+
+# ---------------------------------------------------------------- pure logic
+
+def last_exception_line(text):
+    """The exception line of the last Python traceback in a rank's stderr, e.g.
+    ``AssertionError: Only wrote to file 2 times, not 4``; None when there is no traceback."""
+    lines = (text or "").splitlines()
+    start = None
+    for index in range(len(lines) - 1, -1, -1):
+        if lines[index].startswith("Traceback (most recent call last):"):
+            start = index
+            break
+    if start is None:
+        return None
+    found = None
+    for line in lines[start + 1:]:
+        if not line or line[0] in " \t":
+            continue
+        if line.startswith("Traceback (most recent call last):"):
+            break
+        if EXC_LINE_RE.match(line.strip()):
+            found = line.strip()
+            break
+    return found
+
+
+def exit_message(code, signum=None):
+    if signum:
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = "signal %d" % signum
+        return "killed by %s" % name
+    return "exited %s" % code
+
+
+def first_failure(failures):
+    """The failure that happened first across all nodes: earliest ``time``; at a tie (within 10 ms)
+    a first-hand failure before a ``peer`` one (a rank that died because another did), then the
+    lower rank. None when the list is empty."""
+    items = [f for f in failures or [] if f]
+    if not items:
+        return None
+    items.sort(key=lambda f: (f.get("time") is None, f.get("time") or 0.0))
+    earliest = items[0].get("time")
+    if earliest is None:
+        tied = items
+    else:
+        tied = [f for f in items if f.get("time") is not None and f["time"] - earliest <= 0.01]
+    return sorted(tied, key=lambda f: (bool(f.get("peer")), f.get("rank") if f.get("rank") is not None else 1 << 30))[0]
+
+
+def lost_nodes(nodes, last_seen, states, now, lost_after, started, startup_grace=20.0):
+    """Nodes not heard from for ``lost_after`` seconds while not in a terminal state.
+
+    ``last_seen``: node -> time of its last message (absent: never heard from; measured from
+    ``started`` plus ``startup_grace``). A node that reported succeeded/failed/stopped and then went
+    quiet has ended, it is not lost."""
+    lost = []
+    for node in nodes:
+        if states.get(node) in TERMINAL:
+            continue
+        seen = last_seen.get(node)
+        if seen is None:
+            if now - started > lost_after + startup_grace:
+                lost.append(node)
+        elif now - seen > lost_after:
+            lost.append(node)
+    return lost
+
+
+def lease_expired(lease, lease_mtime, now):
+    """The controller's lease ran out: ``lease`` > 0 and the lease file is older than that."""
+    return bool(lease and lease > 0 and lease_mtime is not None and now - lease_mtime > lease)
+
+
+def classify_rank(start, exit_record, alive):
+    """One rank from its wrapper records -> running / succeeded / failed / killed."""
+    if exit_record is not None:
+        return "succeeded" if exit_record.get("exitcode") == 0 else "failed"
+    if start is None:
+        return "unknown"
+    return "running" if alive else "killed"
+
+
+def local_failure(ranks, restartable, torchrun_rc):
+    """The failure this node reports, or None.
+
+    ``ranks``: list of dicts (rank, local_rank, restart, state, exitcode, message, time).
+    A rank that failed or was killed counts unless the job restarts its workers (``restartable``:
+    torchrun's max_restarts > 0), where only torchrun giving up (rc != 0) counts."""
+    failed = [dict(r, peer=bool(r.get("message") and PEER_RE.search(r["message"])))
+              for r in ranks if r.get("state") in ("failed", "killed")]
+    if failed and not restartable:
+        return dict(first_failure(failed), kind="rank")
+    if torchrun_rc not in (None, 0):
+        if failed:
+            return dict(first_failure(failed), kind="rank")
+        return {"kind": "torchrun", "exitcode": torchrun_rc, "rank": None, "local_rank": None,
+                "message": "torchrun exited %s" % torchrun_rc, "time": None}
+    return None
+
+
+def stop_decision(current, failures, lost, elastic, lease_gone, hub_lost=None):
+    """Why the job must stop everywhere now (a dict), or None. ``current`` is kept once set.
+
+    Order: a failure (the first by time), a lost node of a non-elastic job, the rendezvous host
+    lost (seen from another node), the controller's lease."""
+    if current:
+        return current
+    first = first_failure(failures)
+    if first:
+        return {"reason": "failure", "failure": first, "time": first.get("time")}
+    if lost and not elastic:
+        return {"reason": "lost", "nodes": sorted(lost)}
+    if hub_lost:
+        return {"reason": "hub_lost", "nodes": [hub_lost]}
+    if lease_gone:
+        return {"reason": "lease"}
+    return None
+
+
+def refine_stop(stop, lost):
+    """A stop for a failure that was only a peer error (a rank lost its peer) becomes a stop for
+    the lost node once the hub declares it lost: that node is the cause."""
+    if stop and stop.get("reason") == "failure" and (stop.get("failure") or {}).get("peer") and lost:
+        return dict(stop, reason="lost", nodes=sorted(lost))
+    return stop
+
+
+def describe_stop(stop, lost_after=None, lease=None):
+    """One line for the report."""
+    if not stop:
+        return ""
+    reason = stop.get("reason")
+    if reason == "failure":
+        f = stop.get("failure") or {}
+        if f.get("rank") is None:
+            return "%s on %s" % (f.get("message") or "torchrun failed", f.get("node"))
+        return "rank %s (local_rank %s) on %s %s: %s" % (
+            f.get("rank"), f.get("local_rank"), f.get("node"),
+            exit_message(f.get("exitcode"), f.get("signal")), f.get("message") or "no error message")
+    if reason == "lost":
+        line = "node %s lost (no heartbeat for %ss)" % (", ".join(stop.get("nodes") or []), lost_after)
+        f = stop.get("failure")
+        if f:
+            line += "; first error elsewhere: rank %s on %s: %s" % (f.get("rank"), f.get("node"), f.get("message"))
+        return line
+    if reason == "hub_lost":
+        return "rendezvous host %s lost (no answer for %ss); c10d cannot continue without it" % (
+            ", ".join(stop.get("nodes") or []), lost_after)
+    if reason == "lease":
+        return "controller lease expired (no heartbeat from the controller for %ss)" % lease
+    if reason == "requested":
+        return "stopped on request"
+    return str(reason)
+
+
+def consequences(ranks_by_node, first):
+    """Ranks stopped because of the first failure: every rank not ended by itself, except the
+    first failing one. ``ranks_by_node``: node -> list of rank dicts (state as classify_rank)."""
+    out = []
+    for node in sorted(ranks_by_node):
+        for entry in ranks_by_node[node] or []:
+            if first and node == first.get("node") and entry.get("local_rank") == first.get("local_rank") \
+                    and entry.get("restart", 0) == first.get("restart", 0):
+                continue
+            if entry.get("state") in ("running", "killed", "stopped") or \
+                    (entry.get("state") == "failed" and entry.get("peer")):
+                out.append({"node": node, "rank": entry.get("rank"), "local_rank": entry.get("local_rank")})
+    return out
+
+
+# ---------------------------------------------------------------- node side (acts)
+
+def open_dir(path):
+    """The directory ``path`` -> a descriptor of it (O_PATH: for ``dir_fd`` only), or None.
+
+    Walked one name at a time from ``/`` (``path`` is absolute) without letting the kernel follow a
+    link: a link on the way is followed only where root owns it (``/var/run``, a log directory an
+    operator linked elsewhere), and its target is walked the same way, so a link of another
+    account's is refused there too, never followed by the kernel on root's behalf. The job's
+    account owns its job directory and the log directory that holds it: a link it puts there in
+    place of a directory (``ranks``, ``exits``, the job directory itself, or a directory on the
+    way that a link of root's points through) would have root read the files of the same names in
+    the directory it points to (another job's logs, a file of root's)."""
+    names = path.split("/")[::-1]  # a stack: the next name last
+    hops = 0
+    fd = os.open("/", os.O_PATH | os.O_DIRECTORY)
+    try:
+        while names:
+            name = names.pop()
+            if name in ("", "."):
+                continue
+            step = os.open(name, os.O_PATH | os.O_NOFOLLOW, dir_fd=fd)
+            try:
+                st = os.fstat(step)
+                if S_ISLNK(st.st_mode):
+                    hops += 1
+                    if st.st_uid != 0 or hops > MAX_LINKS:
+                        raise PermissionError(path)
+                    target = os.readlink("", dir_fd=step)  # the link opened, not its name again
+            except OSError:
+                os.close(step)
+                raise
+            if S_ISLNK(st.st_mode):
+                os.close(step)
+                names.extend(target.split("/")[::-1])
+                if target.startswith("/"):
+                    root = os.open("/", os.O_PATH | os.O_DIRECTORY)
+                    os.close(fd)
+                    fd = root
+                continue
+            os.close(fd)
+            fd = step
+            if not S_ISDIR(st.st_mode):
+                raise NotADirectoryError(path)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def open_regular(path, dir_fd=None):
+    """``path`` (relative to ``dir_fd`` where given) opened for reading -> (fd, its fstat) where it is a
+    regular file, else (None, None); the caller closes the fd.
+
+    Root reads the job's files in a directory that the job's account owns, and the account may put
+    a link there to a file of root's (whose text would reach the controller) or a FIFO (a read that
+    never ends): the last name is not followed (O_NOFOLLOW), and only a regular file is kept (opened
+    non-blocking: opening a FIFO does not wait for a writer). An absolute ``path``'s directories are
+    walked by ``open_dir`` (no link of another account's on the way)."""
+    parent = None
+    if dir_fd is None and os.path.isabs(path):
+        parent = open_dir(os.path.dirname(path))
+        if parent is None:
+            return None, None
+        dir_fd, path = parent, os.path.basename(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+    except OSError:
+        return None, None
+    finally:
+        if parent is not None:
+            os.close(parent)
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not S_ISREG(st.st_mode):
+        os.close(fd)
+        return None, None
+    return fd, st
+
+
+def _read(path, size=0):
+    """A regular file's bytes (its last ``size`` bytes where ``size`` > 0); b"" when there is none, or
+    a link or a FIFO stands at its name (``open_regular``)."""
+    fd, st = open_regular(path)
+    if fd is None:
+        return b""
+    try:
+        if size and st.st_size > size:
+            os.lseek(fd, st.st_size - size, os.SEEK_SET)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def _read_json(path):
+    try:
+        return json.loads(_read(path).decode("utf-8", "replace") or "null")
+    except ValueError:
+        return None
+
+
+def _write_json(path, data):
+    tmp = "%s.%d.tmp" % (path, os.getpid())
+    with open(tmp, "w") as handle:
+        json.dump(data, handle, sort_keys=True)
+    os.rename(tmp, path)
+
+
+def _alive(pid):
+    stat = _read("/proc/%d/stat" % pid)
+    if not stat:
+        return False
+    try:
+        return stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except IndexError:
+        return False
+
+
+def job_pids(job_id, job_dir, exclude=()):
+    markers = [("MULTINODE_TRAINING_JOB=%s" % job_id).encode(), ("MULTINODE_TRAINING_JOB_DIR=%s" % job_dir).encode()]
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in exclude or int(name) == os.getpid():
+            continue
+        environ = _read("/proc/%s/environ" % name).split(b"\0")
+        if all(m in environ for m in markers) and _alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def read_ranks(job_dir, node=None):
+    """Rank records of this node from the wrapper's files, latest restart per local rank last."""
+    exits = os.path.join(job_dir, "exits")
+    ranks = []
+    try:
+        names = sorted(os.listdir(exits))
+    except OSError:
+        return ranks
+    for name in names:
+        if not name.endswith(".start"):
+            continue
+        start = _read_json(os.path.join(exits, name))
+        if not isinstance(start, dict):
+            continue
+        exit_record = _read_json(os.path.join(exits, name[:-6] + ".exit"))
+        alive = _alive(int(start.get("pid", 0) or 0)) if start.get("pid") else False
+        entry = {"rank": start.get("rank"), "local_rank": start.get("local_rank"), "restart": start.get("restart", 0),
+                 "pid": start.get("pid"), "started": start.get("time"), "node": node}
+        entry["state"] = classify_rank(start, exit_record, alive)
+        if exit_record:
+            entry.update(exitcode=exit_record.get("exitcode"), message=exit_record.get("message"),
+                         time=exit_record.get("time"))
+        elif entry["state"] == "killed":
+            entry.update(exitcode=-9, signal=None, message="killed by a signal (SIGKILL, OOM kill?) without an exit record",
+                         time=None)
+        ranks.append(entry)
+    return ranks
+
+
+def caused_by_stop(failure, stop):
+    """A rank failure this node saw only after the job's stop reached it (its ranks were stopped by
+    that stop: SIGTERM, SIGKILL) is a consequence, not a cause: a stop by the lease or a lost node
+    must not be reported as 'rank N killed by a signal'. ``failure['time']``: when the rank ended
+    (None: no exit record, noticed only now)."""
+    if not failure or not stop:
+        return False
+    received = stop.get("received")
+    if received is None:
+        return False
+    when = failure.get("time")
+    return when is None or when >= received
+
+
+# ------------------------------------------- the controller's poll (plugins/action/torchrun.py)
+# ``mt_watch.py follow <job dir> <seconds>``: what the controller's wait runs on the node between
+# two module calls. A module call costs about 0.3 CPU-seconds on the node (Ansible's module
+# machinery, imported from source each time); this costs a python start-up. It renews the lease,
+# waits until the window is over or something needs the module (``needs_module``), and prints the
+# node's progress (``progress``) as one JSON line. The module (state=finished) still makes every
+# decision: the end of the job, the exit barrier, the deadline, the result and the logs.
+
+WATCH_ENV = "MULTINODE_TRAINING_WATCH"
+# The supervisor sends it to the node's watcher when it recorded the job's end (_node.supervisor).
+WAKE_SIGNAL = signal.SIGURG
+# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier); the
+# same as _node.torchrun.LOCAL_SUCCEEDED (this file ships alone; a unit test keeps them equal).
+LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
+
+
+def renew_lease(job_dir):
+    """The controller is alive: touch ``<job dir>/lease`` (the watcher stops the job when it gets old)."""
+    lease = os.path.join(job_dir, "lease")
+    if os.path.exists(lease):
+        os.utime(lease, None)
+
+
+def watcher_alive(job, proc="/proc"):
+    pid = (job or {}).get("watch_pid")
+    if not pid:
+        return False
+    try:
+        with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
+            return ("%s=%s" % (WATCH_ENV, job.get("job_id"))).encode() in handle.read().split(b"\0")
+    except (OSError, IOError):
+        return False
+
+
+def job_done(job, ended, state, now, proc="/proc"):
+    """The job ended on this node: the supervisor recorded the result (``ended``, result.json) and the
+    watcher is done (``state``, watch_state.json, is final, or the watcher is gone; the hub waits up to
+    the lost timeout for the other nodes, to tell a lost node from a failure); never much later."""
+    return bool(ended) and (bool((state or {}).get("final")) or not watcher_alive(job, proc) or
+                            now - float(ended.get("end") or now) > 30)
+
+
+def rank_dirs(job_dir):
+    """local rank -> directory of its latest attempt under ranks/<run>_<random>/attempt_<n>/<rank>/."""
+    found = {}
+    base = os.path.join(job_dir, "ranks")
+    for root, dirs, _files in os.walk(base):
+        name = os.path.basename(root)
+        if name.startswith("attempt_") and name[8:].isdigit():
+            attempt = int(name[8:])
+            for local in dirs:
+                if local.isdigit():
+                    key = int(local)
+                    if key not in found or found[key][0] < attempt:
+                        found[key] = (attempt, os.path.join(root, local))
+    return {key: value[1] for key, value in found.items()}
+
+
+def read_tail(path, size=16384):
+    """The last ``size`` bytes of a file as text ('' when it cannot be read; a link or a FIFO: ``_read``)."""
+    return _read(path, size).decode("utf-8", "replace")
+
+
+def rank0_line(job_dir):
+    """Last line of this node's local rank 0 stdout (latest attempt), at most 200 characters."""
+    directory = rank_dirs(job_dir).get(0)
+    if not directory:
+        return None
+    lines = read_tail(os.path.join(directory, "stdout.log"), 4096).strip().splitlines()
+    return lines[-1][-200:] if lines else None
+
+
+def progress(job_id, job_dir, job, now, proc="/proc"):
+    """The node's progress for the controller to print (and ``done``: the job ended here)."""
+    state = _read_json(os.path.join(job_dir, "watch_state.json")) or {}
+    local = state.get("local") or {}
+    ended = _read_json(os.path.join(job_dir, "result.json"))
+    done = job_done(job, ended, state, now, proc)
+    out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
+               elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
+               stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],
+               user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"))
+    out["progress"] = "%s: %s, %s rank(s) running, %s restart(s), %ss%s%s" % (
+        job_id, "ended" if done else ("stopping" if state.get("stop") else "running"), out["running"],
+        out["restarts"], int(out["elapsed"]),
+        (", stop: " + out["stop_line"]) if out["stop_line"] else "",
+        (" | rank 0: " + out["rank0_line"]) if out["rank0_line"] else "")
+    return out
+
+
+def needs_module(job_dir, job, now, proc="/proc", seen=None):
+    """Why the module must look now (None: nothing yet): the job ended here (result.json), its
+    supervisor is gone, its deadline passed, or this node's workers succeeded (torchrun may sit in
+    its exit barrier, which the module ends after its grace).
+
+    ``seen`` (a dict kept across the calls of one poll): torchrun.log's tail is read again only when
+    the file's size or mtime changed since the last call, so that a poll that checks every 0.1 s
+    costs three stat calls a check, not a 16 KB read, while the job runs."""
+    if os.path.exists(os.path.join(job_dir, "result.json")):
+        return "ended"
+    pid = job.get("pid")
+    if pid and not os.path.exists(os.path.join(proc, str(pid))):
+        return "supervisor gone"
+    timeout = job.get("timeout") or 0
+    if timeout and job.get("start") and now > job["start"] + timeout + job.get("stop_grace", 15) + 30:
+        return "deadline"
+    log = os.path.join(job_dir, "torchrun.log")
+    if seen is not None:
+        try:
+            stat = os.stat(log)
+            key = (stat.st_size, stat.st_mtime_ns)
+        except OSError:
+            key = None
+        if key is not None and key == seen.get("log"):
+            return None
+        seen["log"] = key
+    tail = read_tail(log)
+    if any(line in tail for line in LOCAL_SUCCEEDED):
+        return "workers succeeded"
+    return None
+
+
+def follow_window(requested, lease):
+    """Seconds one long poll (O(state=finished) with follow_limit) may wait on the node: what the
+    controller asked for, at most a third of the job's lease (each call renews it once, at its
+    start), at least 0.5 s."""
+    window = max(0.5, float(requested or 0))
+    if lease and float(lease) > 0:
+        window = min(window, float(lease) / 3.0)
+    return max(0.5, window)
+
+
+def follow_light(job_dir, window, clock=time.time, sleep=time.sleep, step=0.1, proc="/proc"):
+    """One cheap long poll: renew the lease, wait at most ``window`` s (checked every ``step`` s)
+    -> the node's progress with ``attention`` (why the module must look now, or None)."""
+    job = _read_json(os.path.join(job_dir, "job.json"))
+    if not job:
+        return {"attention": "no job.json in %s" % job_dir}
+    renew_lease(job_dir)
+    conf = _read_json(os.path.join(job_dir, "watch.json")) or {}
+    end_by = clock() + follow_window(window, conf.get("lease"))
+    seen = {}
+    while True:
+        now = clock()
+        why = needs_module(job_dir, job, now, proc, seen)
+        if why or now >= end_by:
+            out = progress(job.get("job_id") or os.path.basename(job_dir), job_dir, job, now, proc)
+            out["attention"] = why
+            return out
+        sleep(min(step, max(0.0, end_by - now)))
+
+
+class Watcher(object):
+    def __init__(self, job_dir, supervisor_pid=None):
+        self.job_dir = job_dir
+        self.sup_pid = int(supervisor_pid) if supervisor_pid else None
+        conf = _read_json(os.path.join(job_dir, "watch.json")) or {}
+        self.conf = conf
+        self.node = conf["node"]
+        self.job_id = conf["job_id"]
+        self.token = conf.get("token") or ""
+        self.nodes = conf.get("nodes") or [self.node]
+        self.hub = bool(conf.get("hub"))
+        self.lost_after = float(conf.get("lost", 10))
+        self.lease = float(conf.get("lease", 0))
+        self.grace = float(conf.get("fail_grace", 5))
+        self.restartable = bool(conf.get("restartable"))
+        self.elastic = bool(conf.get("elastic"))
+        self.interval = float(conf.get("interval", 0.5))
+        self.started = time.time()
+        self.lock = threading.Lock()
+        self.last_seen = {}
+        self.states = {}
+        self.failures = []
+        self.lost = []
+        self.stop = None
+        self.stopped_local = False
+        self.events = []
+        self.restart_requested = {}
+        self.hub_seen = False
+        self.own_failure = None
+        # A byte here ends the loop's nap at once instead of after the interval: the supervisor's
+        # WAKE_SIGNAL when the job ended on this node (main() makes the pipe the signal wakeup fd), a
+        # node's report of a new state or failure to the hub (``poke``).
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+
+    # -- local
+    def supervisor_pid(self):
+        """From the command line (the module passes it); job.json for a watcher started without it."""
+        if self.sup_pid:
+            return self.sup_pid
+        job = _read_json(os.path.join(self.job_dir, "job.json")) or {}
+        return job.get("pid")
+
+    def result(self):
+        return _read_json(os.path.join(self.job_dir, "result.json"))
+
+    def supervisor_lost(self):
+        """The supervisor is gone without writing result.json (killed): stop what is left of the
+        job here and record the end in its place, so that nothing waits for it forever."""
+        sup = self.supervisor_pid()
+        if not sup or _alive(int(sup)) or time.time() - self.started < 15:
+            return None
+        time.sleep(1.0)
+        if self.result() is not None:
+            return self.result()
+        self.log("the supervisor (pid %s) is gone without a result: stopping what is left" % sup)
+        self.kill_local()
+        job = _read_json(os.path.join(self.job_dir, "job.json")) or {}
+        data = {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False, "stopped": True,
+                "leftovers_killed": [], "supervisor_lost": True}
+        _write_json(os.path.join(self.job_dir, "result.json"), data)
+        return data
+
+    def local_state(self):
+        ranks = read_ranks(self.job_dir, self.node)
+        result = self.result() or self.supervisor_lost()
+        rc = result.get("rc") if result else None
+        failure = local_failure(ranks, self.restartable, rc)
+        if self.own_failure is not None:
+            # The node's failure is the first one it saw (a rank killed by a signal has no time of
+            # its own: it got one when it was first seen).
+            failure = self.own_failure
+        elif caused_by_stop(failure, self.stop):
+            failure = None
+        elif failure is not None:
+            failure = dict(failure, node=self.node)
+            if failure.get("time") is None:
+                failure["time"] = time.time()
+            if failure.get("kind") == "rank" and not failure.get("message"):
+                failure["message"] = self.stderr_message(failure)
+            self.own_failure = failure
+        if result is not None:
+            state = "succeeded" if rc == 0 else ("stopped" if self.stop else "failed")
+        else:
+            state = "stopping" if self.stop else "running"
+        return {"node": self.node, "state": state, "failure": failure,
+                "running": sum(1 for r in ranks if r["state"] == "running"),
+                "restarts": max([r.get("restart", 0) or 0 for r in ranks] or [0]), "ranks": ranks}
+
+    def stderr_message(self, failure):
+        base = os.path.join(self.job_dir, "ranks")
+        for root, _dirs, files in os.walk(base):
+            if os.path.basename(root) == str(failure.get("local_rank")) and "stderr.log" in files and \
+                    os.path.basename(os.path.dirname(root)) == "attempt_%s" % failure.get("restart", 0):
+                return last_exception_line(_read(os.path.join(root, "stderr.log")).decode("utf-8", "replace"))
+        return None
+
+    def kill_local(self, workers_only=False):
+        """SIGTERM the job's processes on this node, SIGKILL what is left after the grace. The
+        supervisor (the session leader) is spared: it records the result. ``workers_only``: the
+        ranks only (elastic: torchrun restarts them without the lost node)."""
+        sup = self.supervisor_pid()
+        exclude = {os.getpid()} | ({sup} if sup else set())
+        if workers_only:
+            targets = [r["pid"] for r in read_ranks(self.job_dir) if r["state"] == "running" and r.get("pid")]
+        else:
+            targets = job_pids(self.job_id, self.job_dir, exclude)
+            if sup:
+                try:
+                    os.kill(sup, signal.SIGTERM)
+                except OSError:
+                    pass
+        for pid in targets:
+            try:
+                os.kill(pid, signal.SIGKILL if workers_only else signal.SIGTERM)
+            except OSError:
+                pass
+        if workers_only:
+            return
+        deadline = time.time() + self.grace
+        while time.time() < deadline and job_pids(self.job_id, self.job_dir, exclude):
+            time.sleep(0.1)
+        for _attempt in range(5):
+            left = job_pids(self.job_id, self.job_dir, exclude)
+            if not left:
+                break
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.2)
+
+    def stop_for_own_failure(self, local):
+        """A node (not the hub) whose rank failed stops its job, unless a stop is already decided."""
+        if local["failure"] and not self.stop:
+            self.apply_stop({"reason": "failure", "failure": local["failure"], "time": local["failure"].get("time")})
+
+    def apply_stop(self, stop):
+        with self.lock:
+            if self.stop is None:
+                self.stop = dict(stop, decided_by=stop.get("decided_by") or self.node, received=time.time())
+                self.log("stop: %s" % describe_stop(self.stop, self.lost_after, self.lease))
+            if self.stopped_local:
+                return
+            self.stopped_local = True
+        self.save()
+        threading.Thread(target=self.kill_local, daemon=True).start()
+
+    def log(self, text):
+        line = "%s multinode.training watch %s: %s" % (time.strftime("%Y-%m-%dT%H:%M:%S"), self.node, text)
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        self.events.append({"time": time.time(), "text": text})
+
+    def save(self, local=None, final=False):
+        data = {"node": self.node, "hub": self.hub, "stop": self.stop, "failures": self.failures, "final": final,
+                "lost": self.lost, "states": self.states, "events": self.events[-50:],
+                "stop_line": describe_stop(self.stop, self.lost_after, self.lease), "time": time.time()}
+        if local:
+            data["local"] = {k: v for k, v in local.items() if k != "ranks"}
+            data["ranks"] = local.get("ranks")
+        _write_json(os.path.join(self.job_dir, "watch_state.json"), data)
+
+    def lease_gone(self):
+        if not self.lease:
+            return False
+        try:
+            mtime = os.path.getmtime(os.path.join(self.job_dir, "lease"))
+        except OSError:
+            mtime = self.started
+        return lease_expired(self.lease, mtime, time.time())
+
+    # -- hub
+    def handle(self, conn):
+        conn.settimeout(self.lost_after + 5)
+        reader = conn.makefile("rb")
+        node = None
+        try:
+            for raw in reader:
+                try:
+                    msg = json.loads(raw.decode("utf-8"))
+                except ValueError:
+                    return
+                if not hmac.compare_digest(str(msg.get("token", "")), self.token) or msg.get("node") not in self.nodes:
+                    return
+                node = msg["node"]
+                self.on_message(msg)
+                with self.lock:
+                    reply = {"stop": self.stop, "restart": self.restart_requested.pop(node, None)}
+                conn.sendall((json.dumps(reply) + "\n").encode("utf-8"))
+        except (OSError, ValueError):
+            return
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def on_message(self, msg):
+        node = msg["node"]
+        with self.lock:
+            self.last_seen[node] = time.time()
+            changed = self.states.get(node) != msg.get("state")
+            self.states[node] = msg.get("state")
+            failure = msg.get("failure")
+            if failure and not any(f.get("node") == node for f in self.failures):
+                self.failures.append(failure)
+                changed = True
+        if changed:
+            self.poke()
+
+    def poke(self):
+        """End the main loop's nap now (from any thread)."""
+        try:
+            os.write(self.wake_w, b"!")
+        except OSError:  # full: a wake-up is pending already
+            pass
+
+    def serve(self, port):
+        server = socket.socket(socket.AF_INET6 if ":" in self.conf.get("bind", "") else socket.AF_INET)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((self.conf.get("bind") or "0.0.0.0", port))
+        server.listen(64)
+        while True:
+            conn, _addr = server.accept()
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def hub_tick(self, local):
+        now = time.time()
+        with self.lock:
+            self.last_seen[self.node] = now
+            self.states[self.node] = local["state"]
+            if local["failure"] and not any(f.get("node") == self.node for f in self.failures):
+                self.failures.append(local["failure"])
+            lost = lost_nodes(self.nodes, self.last_seen, self.states, now, self.lost_after, self.started)
+            for node in lost:
+                if node not in self.lost:
+                    self.lost.append(node)
+                    self.log("node %s lost: no heartbeat for %ss" % (node, self.lost_after))
+                    if self.elastic and not self.stop:
+                        # The ranks of the remaining nodes may block on the dead peer forever: restart them;
+                        # torchrun re-rendezvouses with the nodes that are left.
+                        for other in self.nodes:
+                            if other not in self.lost:
+                                self.restart_requested[other] = node
+            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone())
+            refined = refine_stop(self.stop, self.lost)
+            if self.stop and refined is not self.stop:
+                self.stop = refined
+                self.log("stop: %s" % describe_stop(self.stop, self.lost_after, self.lease))
+        if stop and not self.stop:
+            self.apply_stop(stop)
+        elif self.stop and not self.stopped_local:
+            self.apply_stop(self.stop)
+        restart = self.restart_requested.pop(self.node, None)
+        if restart:
+            self.log("restarting the ranks on this node without %s" % restart)
+            self.kill_local(workers_only=True)
+
+    # -- main loop
+    def run(self):
+        if self.hub and self.conf.get("port"):
+            threading.Thread(target=self.serve, args=(int(self.conf["port"]),), daemon=True).start()
+        sock, reader, last_ok, done_at = None, None, time.time(), None
+        while True:
+            local = self.local_state()
+            if self.hub:
+                self.hub_tick(local)
+                with self.lock:
+                    others_done = all(self.states.get(n) in TERMINAL or n in self.lost for n in self.nodes if n != self.node)
+                if local["state"] in TERMINAL:
+                    done_at = done_at or time.time()
+                    if others_done or time.time() - done_at > self.lost_after + 5:
+                        self.save(local, final=True)
+                        return 0
+            else:
+                if not self.stop and self.lease_gone():
+                    self.apply_stop({"reason": "lease"})
+                # This node's own failure stops its job after the hub's answer (a round trip on the job's
+                # network, or the connection's 2 s timeout when the hub does not answer): a stop the hub
+                # decided first - the first node's lease ran out, its torchrun took the rendezvous store
+                # along, and this node's torchrun killed its ranks for that - is the cause, not those ranks.
+                msg = {"token": self.token, "node": self.node, "state": local["state"], "failure": local["failure"]}
+                try:
+                    if sock is None:
+                        sock = socket.create_connection((self.conf["hub_addr"], int(self.conf["port"])), timeout=2)
+                        sock.settimeout(2)
+                        reader = sock.makefile("rb")
+                    sock.sendall((json.dumps(msg) + "\n").encode("utf-8"))
+                    reply = json.loads(reader.readline().decode("utf-8") or "null")
+                    if reply is None:
+                        raise OSError("hub closed the connection")
+                    last_ok, self.hub_seen = time.time(), True
+                    if reply.get("stop") and not self.stop:
+                        self.apply_stop(dict(reply["stop"], decided_by="hub"))
+                    self.stop_for_own_failure(local)
+                    if reply.get("restart"):
+                        self.log("restarting the ranks on this node without %s" % reply["restart"])
+                        self.kill_local(workers_only=True)
+                except (OSError, ValueError):
+                    self.stop_for_own_failure(local)
+                    if sock is not None:
+                        try:
+                            sock.close()
+                        except OSError:
+                            pass
+                    sock, reader = None, None
+                    grace = self.lost_after + (0 if self.hub_seen else 20)
+                    if time.time() - last_ok > grace and local["state"] not in TERMINAL and not self.stop:
+                        self.apply_stop({"reason": "hub_lost", "nodes": [self.conf.get("hub_node") or self.conf["hub_addr"]]})
+                if local["state"] in TERMINAL:
+                    self.save(local, final=True)
+                    return 0
+            self.save(local)
+            self.nap()
+
+    def nap(self):
+        """Sleep one interval, or less: until a byte arrives on the wake pipe (the job ended here, or
+        another node reported to the hub). No polling: a job that ended is reported (and the wait
+        returns) at once, not up to an interval later."""
+        try:
+            readable = select.select([self.wake_r], [], [], self.interval)[0]
+        except (OSError, ValueError):
+            time.sleep(self.interval)
+            return
+        if readable:
+            try:
+                while os.read(self.wake_r, 512):
+                    pass
+            except OSError:  # drained
+                pass
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "follow":
+        sys.stdout.write(json.dumps(follow_light(argv[1], float(argv[2]))) + "\n")
+        return 0
+    watcher = Watcher(argv[0], argv[1] if len(argv) > 1 else None)
+
+    def on_signal(_signum, _frame):
+        raise SystemExit(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, on_signal)
+    # The supervisor's wake-up (WAKE_SIGNAL, ignored by default: a watcher not listening yet is not
+    # killed by it) ends the nap through the wake pipe.
+    signal.signal(WAKE_SIGNAL, lambda _signum, _frame: None)
+    signal.set_wakeup_fd(watcher.wake_w)
+    watcher.log("watching job %s (%s, lease %ss, lost after %ss, elastic %s)"
+                % (watcher.job_id, "hub" if watcher.hub else "node", watcher.lease or "none ", watcher.lost_after,
+                   watcher.elastic))
+    return watcher.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,398 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Module train_access's work on a node: the job's security step in one round trip.
+
+``access`` does, in order: the ports and the firewall tool (what needs no account); the job's
+account - resolved, or, when it is missing and the role creates it (``create``) and nothing stands
+in the way so far, created (``useradd_argv``: a system account with a home and no login shell, its
+group train_group's, in those of the wanted supplementary groups that exist); what the account
+must reach, checked as the account (``access_as``): every path the job opens (``job``: train_python
+and its venv, train_script, train_chdir, the env files - these as the module's user, which reads them
+for the job -, the config files; ``_train.security.job_checks`` decides which, and which of them the
+code copy provides), a missing one refused before the account is created where preflight follows
+(``refuse_missing``: nothing is copied on a refusing run); then, only when nothing stands in the way, the
+listener of preflight's reachability check (first node; ``_train_listener``), the account's
+directories (``ensure_directory``: changed only when created or when owner or mode differ) and,
+when preflight follows, its probe (``_train.preflight.probe_node``: the job's python, script, code,
+env files and the TCP connect to the listener) - a launch's whole security step and preflight
+probe in one round trip per node.
+Problems are lines naming the variable (``<variable>=<value>: what is wrong; valid: ...``); the
+pure decisions are _train.security's.
+"""
+from __future__ import annotations
+
+import errno
+import glob
+import grp
+import inspect
+import json
+import os
+import pwd
+import select
+import stat
+import subprocess
+import sys
+
+from ansible_collections.multinode.training.plugins.module_utils._train import listener as _train_listener
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import probe_node
+from ansible_collections.multinode.training.plugins.module_utils._train.security import (
+    SecurityError,
+    account_problems,
+    decide_firewall,
+    job_checks,
+    parse_sshd_ports,
+    path_problems,
+    port_problem,
+    render_table,
+    table_name,
+    venv_checks,
+)
+
+MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
+NOLOGIN = "/usr/sbin/nologin"
+
+
+def _why(path):
+    """Why a path cannot be used (as the current process): the error of stat, or None."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        return exc.strerror
+    return None
+
+
+def _probe(checks):
+    return [(os.access(c["path"], MODES[c["need"]]), _why(c["path"])) for c in checks]
+
+
+def path_state(path):
+    """What ``path`` is for this process: file, dir, other, missing, or unknown (stat refused it:
+    root on a root-squashed mount - the account's own check decides)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "missing" if exc.errno in (errno.ENOENT, errno.ENOTDIR) else "unknown"
+    if stat.S_ISREG(mode):
+        return "file"
+    return "dir" if stat.S_ISDIR(mode) else "other"
+
+
+def venv_layout(python):
+    """The venv of ``<venv>/bin/python`` on this node -> (it has a pyvenv.cfg, its site-packages dirs)."""
+    root = os.path.dirname(os.path.dirname(os.path.normpath(python)))
+    has_cfg = os.path.isfile(os.path.join(root, "pyvenv.cfg"))
+    sites = {}
+    for path in sorted(glob.glob(os.path.join(root, "lib*", "python*", "site-packages")) if has_cfg else []):
+        if os.path.isdir(path):
+            sites.setdefault(os.path.realpath(path), path)  # lib64 is often a link to lib
+    return has_cfg, sorted(sites.values())
+
+
+def code_manifest(job, probe):
+    """The relative paths of train_code_src (``job``'s ``manifest``, else the probe's code manifest),
+    or None where this call does not know them."""
+    if job.get("manifest") is not None:
+        return list(job["manifest"])
+    code = (probe or {}).get("code") or {}
+    return list(code["manifest"]) if code.get("manifest") is not None else None
+
+
+def access_as(account, checks):
+    """Run os.access for every check in a child that switched to the account; [(ok, error)]."""
+    if os.geteuid() == account["uid"] or os.geteuid() != 0:
+        return _probe(checks)
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - child
+        os.close(read_fd)
+        try:
+            os.setgroups(account["groups"])
+            os.setgid(account["gid"])
+            os.setuid(account["uid"])
+            out = _probe(checks)
+            os.write(write_fd, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    os.waitpid(pid, 0)
+    data = b"".join(chunks)
+    return json.loads(data) if data else [(False, "check failed") for _c in checks]
+
+
+def lookup(user, group):
+    """-> (user exists, group exists, account or None). The account (both exist): uid, gid,
+    supplementary groups, group names, home."""
+    group_exists, gid = True, None
+    if group:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            group_exists = False
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return False, group_exists, None
+    if not group_exists:
+        return True, False, None
+    gid = entry.pw_gid if gid is None else gid
+    groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
+    return True, True, {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups,
+                        "group_names": sorted(g.gr_name for g in grp.getgrall() if g.gr_gid in groups),
+                        "home": entry.pw_dir}
+
+
+def account_problem(user, group, exists, group_exists, create):
+    """The account's verdict -> a problem line or None. A missing account is fine when the role
+    creates it (``create``) and its group exists; an existing one needs its group too."""
+    if exists and group_exists:
+        return None
+    if not exists and create:
+        if group and not group_exists:
+            return ("train_user=%s (train_group=%s): cannot be created, there is no group %s on this node; "
+                    "valid: an existing group, or empty train_group (the account's own)" % (user, group, group))
+        return None
+    return ("train_user=%s (train_group=%s): no such account or group on this node; valid: an existing account "
+            "(empty train_user: the role creates mtrain)" % (user, group or ""))
+
+
+def useradd_argv(useradd, user, group, groups, own_group_exists):
+    """The command that creates the job's account, as ansible.builtin.user does for ``system: true,
+    shell: /usr/sbin/nologin, create_home: true``: ``-g train_group`` when one is given, else the
+    account's own group - unless a group of that name exists already (``own_group_exists``), where
+    useradd would fail to create it: ``-N``, the default group, as ansible.builtin.user does; ``-G``
+    the supplementary groups (those that exist)."""
+    argv = [useradd]
+    if group:
+        argv += ["-g", group]
+    elif own_group_exists:
+        argv.append("-N")
+    if groups:
+        argv += ["-G", ",".join(groups)]
+    return argv + ["-s", NOLOGIN, "-m", "-r", user]
+
+
+def create_account(user, group, groups, run_command, get_bin_path):
+    """Create the job's account (``useradd_argv``) -> None, or why it could not be created."""
+    useradd = get_bin_path("useradd")
+    if not useradd:
+        return "no useradd on this node"
+    try:
+        grp.getgrnam(user)
+        own_group_exists = True
+    except KeyError:
+        own_group_exists = False
+    rc, out, err = run_command(useradd_argv(useradd, user, group, groups, own_group_exists))
+    if rc == 0:
+        return None
+    lines = (err or out or "").strip().splitlines()
+    return lines[-1].strip() if lines else "useradd exited %d" % rc
+
+
+def ensure_directory(path, uid, gid, mode, check_mode=False):
+    """Like ansible.builtin.file state=directory with owner, group and mode -> changed (bool).
+
+    Missing parents are created too (root's, 0755). SecurityError when ``path`` exists and is
+    not a directory."""
+    changed = False
+    if not os.path.isdir(path):
+        if os.path.lexists(path):
+            raise SecurityError("%s exists and is not a directory" % path)
+        if check_mode:
+            return True
+        os.makedirs(path)
+        changed = True
+    st = os.stat(path)
+    want_gid = st.st_gid if gid is None else gid
+    if (st.st_uid, st.st_gid) != (uid, want_gid):
+        if not check_mode:
+            os.chown(path, uid, want_gid)
+        changed = True
+    if st.st_mode & 0o7777 != mode:
+        if not check_mode:
+            os.chmod(path, mode)
+        changed = True
+    return changed
+
+
+def start_listener(addr, port, expected, limit, python=None, wait=10.0):
+    """Stop a listener of an earlier run on ``port``, start a new one detached -> (pid, error)."""
+    _train_listener.stop_stale(port)
+    argv = [python or sys.executable, "-c", inspect.getsource(_train_listener), _train_listener.MARK,
+            str(addr), str(port), str(int(expected)), str(float(limit))]
+    with open(os.devnull, "rb") as null_in, open(os.devnull, "wb") as null_out:
+        popen = subprocess.Popen(argv, stdin=null_in, stdout=subprocess.PIPE, stderr=null_out, close_fds=True,
+                                 start_new_session=True)
+    ready, _w, _x = select.select([popen.stdout], [], [], wait)
+    line = popen.stdout.readline().decode("utf-8", "replace").strip() if ready else ""
+    popen.stdout.close()
+    if line == "bound":
+        return popen.pid, None
+    if popen.poll() is None:
+        popen.kill()
+    popen.wait()
+    return None, line or "the listener did not start within %ss" % wait
+
+
+def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
+    """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``)."""
+    is_root = (os.geteuid() == 0) if is_root is None else is_root
+    problems = []
+    result = dict(changed=False, access=[], paths=[], problems=problems, account_missing=False, account_created=False,
+                  groups_present=[], directories=[], listener=None, probe=None)
+    # 1. what needs no account: ssh's ports, the firewall tool
+    text = ""
+    try:
+        with open(p["sshd_config"]) as handle:
+            text = handle.read()
+    except (IOError, OSError):
+        pass
+    ssh = sorted(parse_sshd_ports(text) | set(p["ssh_ports"]))
+    result["ssh_ports"] = ssh
+    collision = port_problem(p["port"], ssh)
+    if collision:
+        problems.append(collision)
+    result["nft"] = get_bin_path("nft")
+    result["iptables"] = get_bin_path("iptables")
+    nft_error = None
+    if result["nft"] and is_root and str(p["firewall"]).lower() not in ("false", "no", "off", "0"):
+        # The job's rule in nft's check mode: parsed and tried by the kernel, never applied.
+        rc, _out, err = run_command([result["nft"], "-c", "-f", "-"], binary_data=True,
+                                    data=render_table(table_name("preflight"), p["port"], ["127.0.0.1"], 60))
+        nft_error = (err.strip().splitlines() or ["rc %d" % rc])[-1] if rc != 0 else None
+    try:
+        result["firewall"] = decide_firewall(p["firewall"], result["nft"], result["iptables"], is_root, nft_error)
+    except SecurityError as exc:
+        result["firewall"] = {"enabled": False, "note": str(exc)}
+        problems.append(str(exc))
+    # 1b. the paths the job opens, as far as the module's own user sees them: missing (refused where
+    # preflight follows, before anything is copied or an account created), of another kind, an env
+    # file it cannot read (it reads them for the job)
+    checks = [dict(c, var=c.get("var") or "path", kind=c.get("kind"), who=c.get("who") or "account",
+                   provided=bool(c.get("provided")), missing=c.get("missing") or "skip") for c in p["checks"]]
+    job = p.get("job")
+    if job:
+        checks += job_checks(job, code_manifest(job, p.get("probe")))
+    for check in checks:
+        check["state"] = path_state(check["path"])
+        if check["who"] == "self" and check["state"] == check["kind"]:
+            check["ok"] = os.access(check["path"], MODES[check["need"]])
+            check["error"] = None if check["ok"] else "Permission denied"
+            check["reader"] = pwd.getpwuid(os.geteuid()).pw_name
+    python_check = next((c for c in checks if c["var"] == "train_python" and c["who"] == "account"), None)
+    result["paths"] = [{k: c.get(k) for k in ("var", "path", "need", "who", "provided", "state")} for c in checks]
+    problems.extend(path_problems(checks))
+    # 2. the account; a missing one the role creates (``create``) is created here, only when nothing
+    # stood in the way so far (an existing account is never changed)
+    account = None
+    if p["user"]:
+        exists, group_exists, account = lookup(p["user"], p["group"])
+        result["account_missing"] = not exists
+        problem = account_problem(p["user"], p["group"], exists, group_exists, p["create"])
+        if problem:
+            problems.append(problem)
+        if p["user_groups"]:
+            names = set(g.gr_name for g in grp.getgrall())
+            result["groups_present"] = [g for g in p["user_groups"] if g in names]
+        if not exists and p["create"] and not problems:
+            error = None if check_mode else create_account(p["user"], p["group"], result["groups_present"],
+                                                           run_command, get_bin_path)
+            if error:
+                problems.append("train_user=%s (train_group=%s): cannot be created (%s); valid: a new account "
+                                "name, or an existing account and group" % (p["user"], p["group"] or "", error))
+            else:
+                result["changed"] = result["account_created"] = True
+                if not check_mode:
+                    exists, group_exists, account = lookup(p["user"], p["group"])
+    # 3. what the account must reach
+    if account:
+        result["account"] = account
+        mine = [c for c in checks if c["who"] == "account" and not c["provided"] and c["state"] != "missing"
+                and (c["kind"] is None or c["state"] in (c["kind"], "unknown"))]
+        if python_check and python_check in mine and python_check["state"] == "file":
+            mine += venv_checks(python_check["path"], (p.get("job") or {}).get("venv"), *venv_layout(
+                python_check["path"]))
+        for check, (ok, error) in zip(mine, access_as(account, mine)):
+            result["access"].append(dict(var=check["var"], path=check["path"], need=check["need"], ok=bool(ok),
+                                         error=error, part_of=check.get("part_of")))
+        problems.extend(account_problems(p["user"], result["access"]))
+    if problems:
+        return result
+    # 4. nothing stands in the way: the listener (first node), then the account's directories
+    listen = p.get("listen")
+    if listen:
+        pid, error = start_listener(listen["addr"], listen["port"], listen["expected"], listen["timeout"],
+                                    listen.get("python"))
+        result["listener"] = {"pid": pid, "error": error}
+        if error:
+            problems.append("train_rdzv_port=%s: in use on %s (%s); valid: a free port in 1-65535 reachable from "
+                            "all nodes" % (listen["port"], listen["addr"], error))
+            return result
+    if account:
+        for entry in p["directories"]:
+            try:
+                changed = ensure_directory(entry["path"], account["uid"], account["gid"] if p["group"] else None,
+                                           int(str(entry.get("mode") or "0750"), 8), check_mode)
+            except (SecurityError, OSError) as exc:
+                problems.append("%s=%s: %s; valid: a directory path" % (entry.get("var", "path"), entry["path"], exc))
+                continue
+            result["directories"].append({"path": entry["path"], "changed": changed})
+            result["changed"] = result["changed"] or changed
+    # 5. preflight's probe (read-only; its problems are compared across the nodes by the role)
+    probe = p.get("probe")
+    if probe and not problems:
+        connect = None
+        if probe.get("connect_host"):
+            connect = {"host": probe["connect_host"], "port": probe["connect_port"],
+                       "timeout": probe.get("connect_timeout") or 15}
+        result["probe"] = probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
+                                     probe.get("env_files") or [], connect, probe.get("code"))
+    return result
+
+
+ARGUMENT_SPEC = dict(
+    user=dict(type="str"),
+    group=dict(type="str"),
+    create=dict(type="bool", default=False),
+    user_groups=dict(type="list", elements="str", default=[]),
+    checks=dict(type="list", elements="dict", default=[]),
+    job=dict(type="dict"),
+    directories=dict(type="list", elements="dict", default=[]),
+    port=dict(type="int", required=True),
+    ssh_ports=dict(type="list", elements="int", default=[]),
+    sshd_config=dict(type="path", default="/etc/ssh/sshd_config"),
+    firewall=dict(type="str", default="auto"),
+    listen=dict(type="dict"),
+    probe=dict(type="dict"),
+    node=dict(type="str", default=""),
+    fail_on_problems=dict(type="bool", default=False),
+)
+
+
+def run_module(module):
+    """The module train_access: ``module`` is an AnsibleModule (plugins/modules/train_access.py) or a
+    _node.light.LightModule (its action's light call); answers through exit_json / fail_json.
+
+    ``fail_on_problems`` fails with the problems (``node: problem; problem``) instead of returning
+    them, so that the play needs no assert task per node after the call."""
+    p = module.params
+    for check in p["checks"]:
+        if not isinstance(check, dict) or check.get("need") not in MODES or not check.get("path"):
+            module.fail_json(msg="checks: %r: expected {var, path, need: x|r|rx|w}" % (check,))
+    for entry in p["directories"]:
+        if not isinstance(entry, dict) or not entry.get("path"):
+            module.fail_json(msg="directories: %r: expected {var, path, mode}" % (entry,))
+    for entry in (p.get("job") or {}).get("env_files") or []:
+        if not isinstance(entry, dict) or not entry.get("path"):
+            module.fail_json(msg="job.env_files: %r: expected {var, path}" % (entry,))
+    result = access(p, module.run_command, module.get_bin_path, module.check_mode)
+    if p["fail_on_problems"] and result["problems"]:
+        where = "%s: " % p["node"] if p["node"] else ""
+        module.fail_json(msg=where + "; ".join(result["problems"]), **result)
+    module.exit_json(**result)

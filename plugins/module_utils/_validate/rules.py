@@ -1,0 +1,385 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The semantic checks that argument specs cannot say, per variable, for every role of the collection.
+
+``meta/argument_specs.yml`` gives type, elements and choices (checked by ``_validate.engine.check_option``);
+this table adds ranges, forms, names written into files and the controller-side files (manifest,
+code to sync). A variable that is only in an argument spec is still type-checked and one-line
+checked: a new role variable needs an entry here only for a rule beyond its type.
+
+Each rule is ``rule(variable, value, values, ctx) -> [Problem]``: ``values`` holds every variable of
+the roles being validated for this host (templated), ``ctx`` the play's hosts and the host name.
+Rules run only on values whose type is right.
+"""
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+
+from ansible_collections.multinode.training.plugins.module_utils._build import manifest as manifest_schema
+from ansible_collections.multinode.training.plugins.module_utils._validate.engine import (
+    Problem,
+    check_env_mapping,
+    check_pattern,
+    check_range,
+    check_type,
+    is_int,
+    show,
+)
+
+VERSION_RE = r"^v?[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+-]*)$"
+USERNAME_RE = r"^[a-z_][a-z0-9_-]{0,30}\$?$"
+CUDA_ARCH_TOKEN_RE = re.compile(r"^(\d+)\.(\d+)([af]?)(\+PTX)?$")
+
+
+def _range(low=None, high=None, number=int):
+    def rule(variable, value, values, ctx):
+        return check_range(variable, value, low, high, number)
+    return rule
+
+
+def _pattern(pattern, valid, what="not in the expected form"):
+    def rule(variable, value, values, ctx):
+        return check_pattern(variable, value, pattern, valid, what)
+    return rule
+
+
+def _not_empty(valid):
+    def rule(variable, value, values, ctx):
+        if str(value).strip() == "":
+            return [Problem(variable, value, "empty", valid)]
+        return []
+    return rule
+
+
+def _env(key_re=r"^[A-Za-z_][A-Za-z0-9_]*$", key_valid=None, allow_null=False):
+    def rule(variable, value, values, ctx):
+        kwargs = {"key_re": key_re, "allow_null": allow_null}
+        if key_valid:
+            kwargs["key_valid"] = key_valid
+        problems, notes = check_env_mapping(variable, value, **kwargs)
+        ctx.setdefault("notes", []).extend(notes)
+        return problems
+    return rule
+
+
+def _scalar_items(variable, value, values, ctx):
+    """List items that reach a command line: strings or numbers (never null, true, a list or a mapping)."""
+    problems = []
+    for index, item in enumerate(value):
+        problems.extend(check_type("%s[%d]" % (variable, index), item, "scalar"))
+    return problems
+
+
+def _nnodes(variable, value, values, ctx):
+    text = str(value).strip()
+    match = re.match(r"^([0-9]+)(?::([0-9]+))?$", text)
+    # With train_launcher=slurm or env the nodes are not the play's hosts: Slurm's partition
+    # (checked with sinfo before sbatch) or the platform's node count decide.
+    hosts = (ctx.get("hosts") or []) if str(values.get("train_launcher", "ssh")) == "ssh" else []
+    count = len(hosts)
+    if text == "":
+        return []
+    valid = "empty (one per host), N or MIN:MAX"
+    if count:
+        valid = "%d (the hosts of the play), or MIN:MAX with 1 <= MIN <= %d <= MAX" % (count, count)
+    if not match:
+        return [Problem(variable, value, "not a node count", valid)]
+    low = int(match.group(1))
+    high = int(match.group(2)) if match.group(2) is not None else low
+    if low < 1 or low > high:
+        return [Problem(variable, value, "MIN must be 1 or more and at most MAX", valid)]
+    if count and not low <= count <= high:
+        return [Problem(variable, value, "does not fit the %d host(s) of the play (%s)"
+                        % (count, ", ".join(hosts[:8]) + (", ..." if count > 8 else "")), valid)]
+    return []
+
+
+def _max_restarts(variable, value, values, ctx):
+    """Restarts that cannot happen: static rendezvous cannot re-rendezvous; under Slurm, srun
+    --kill-on-bad-exit ends the step on every node at the first failure."""
+    if not is_int(value) or int(value) <= 0:
+        return []
+    if str(values.get("train_rdzv_backend", "c10d")) == "static":
+        return [Problem(variable, value, "train_rdzv_backend=static cannot re-rendezvous, restarts cannot help",
+                        "0, or train_rdzv_backend c10d (with train_nnodes MIN:MAX to survive a lost node)")]
+    if str(values.get("train_launcher", "ssh")) == "slurm":
+        return [Problem(variable, value, "train_launcher=slurm ends the step on every node at the first failure "
+                        "(srun --kill-on-bad-exit), restarts cannot help", "0 with train_launcher slurm")]
+    return []
+
+
+def _detach(variable, value, values, ctx):
+    if value is not True and str(value).lower() not in ("true", "yes", "1"):
+        return []
+    problems = []
+    if is_int(values.get("train_timeout", 3600)) and int(values.get("train_timeout", 3600)) == 0:
+        problems.append(Problem(variable, value, "with train_timeout=0 a detached job has neither a controller "
+                                "lease nor a time limit: only train_stop.yml would ever end it",
+                                "train_timeout > 0 (seconds the nodes let it run) with train_detach"))
+    if str(values.get("train_attach", "") or ""):
+        problems.append(Problem(variable, value, "train_attach follows a job, train_detach starts one",
+                                "one of train_detach and train_attach"))
+    if str(values.get("train_launcher", "ssh")) != "ssh":
+        problems.append(Problem(variable, value, "only train_launcher=ssh detaches",
+                                "false with train_launcher %s" % values.get("train_launcher")))
+    return problems
+
+
+def _watch_port(variable, value, values, ctx):
+    if str(value).strip() == "":
+        return []
+    problems = check_range(variable, value, 1, 65535, int)
+    if not problems and str(value) == str(values.get("train_rdzv_port", 29400)):
+        problems.append(Problem(variable, value, "the same as train_rdzv_port",
+                                "empty (train_rdzv_port + 1) or another free port"))
+    return problems
+
+
+def _nproc(variable, value, values, ctx):
+    if str(value) == "auto" or (is_int(value) and int(value) > 0):
+        return []
+    return [Problem(variable, value, "not a process count", "auto (GPU count) or a positive integer")]
+
+
+def _rdzv_conf(variable, value, values, ctx):
+    problems = []
+    for key, item in value.items():
+        where = "%s[%s]" % (variable, json.dumps(str(key)))
+        if not re.match(r"^[A-Za-z0-9_]+$", str(key)):
+            problems.append(Problem(where, item, "the key %s is not a name" % show(key),
+                                    "keys of letters, digits and _"))
+        elif isinstance(item, (list, dict)) or item is None:
+            problems.append(Problem(where, item, "not a single value", "a string, number or boolean"))
+        elif any(c in str(item) for c in ",="):
+            problems.append(Problem(where, item, "holds ',' or '=' (torchrun's key=value,key=value)",
+                                    "a value without ',' and '='"))
+    return problems
+
+
+def _code_src(variable, value, values, ctx):
+    sync = values.get("train_sync_code", True)
+    if str(sync).lower() in ("false", "no", "off", "0", "n", "f") or not value:
+        return []
+    if not str(value).startswith("/"):
+        return []  # resolved by the copy module against the play's files/ directories
+    if not os.path.exists(str(value)):
+        return [Problem(variable, value, "does not exist on the controller (train_sync_code copies it)",
+                        "an existing controller file or directory, or train_sync_code=false")]
+    return []
+
+
+def _controller_file(variable, value, values, ctx):
+    if not value or os.path.isfile(str(value)):
+        return []
+    return [Problem(variable, value, "no such file on the controller",
+                    "the path of a readable file on the controller, or empty")]
+
+
+def _cuda_arch(variable, value, values, ctx):
+    text = str(value).strip()
+    if text == "auto":
+        return []
+    tokens = [t for t in re.split(r"[;\s]+", text) if t]
+    bad = [t for t in tokens if not CUDA_ARCH_TOKEN_RE.match(t)]
+    if not tokens or bad:
+        what = "empty" if not tokens else ", ".join("'%s' is" % t for t in bad) + \
+            " not a compute capability"
+        return [Problem(variable, value, what, "auto, or compute capabilities such as 7.5;8.0;9.0+PTX")]
+    return []
+
+
+def _gcc_version(variable, value, values, ctx):
+    if str(value) == "auto" or re.match(r"^[0-9]+$", str(value)):
+        return []
+    return [Problem(variable, value, "not a gcc major version", "auto or a major such as 12")]
+
+
+def _nvcc(variable, value, values, ctx):
+    if value in ("", "none") or str(value).startswith("/"):
+        return []
+    return [Problem(variable, value, "neither empty, none nor an absolute path",
+                    "\"\" (search PATH, $CUDA_HOME/bin, /usr/local/cuda/bin), none, or the absolute path of nvcc")]
+
+
+def _ipv4_or_empty(variable, value, values, ctx):
+    if value == "":
+        return []
+    try:
+        ipaddress.IPv4Address(str(value))
+    except ValueError:
+        return [Problem(variable, value, "not an IPv4 address", "empty (the default route's) or an address such "
+                                                                "as 10.0.0.11")]
+    return []
+
+
+def _not_root(variable, value, values, ctx):
+    if str(value).rstrip("/") == "":
+        return [Problem(variable, value, "the root directory", "an absolute path below /")]
+    return []
+
+
+def _ssh_port(variable, value, values, ctx):
+    """A rendezvous port that is ssh's (22, or this host's ansible_port): the job would not bind it, and the
+    rendezvous guard (train_firewall) would lock the other hosts out of ssh."""
+    ssh = sorted(set([22] + [int(p) for p in ctx.get("ssh_ports") or [] if is_int(p)]))
+    if is_int(value) and int(value) in ssh:
+        return [Problem(variable, value, "collides with ssh (port %s)" % ", ".join(str(p) for p in ssh),
+                        "a free port in 1024-65535 other than ssh's, e.g. 29400")]
+    return []
+
+
+def _train_user(variable, value, values, ctx):
+    """root needs train_allow_root; any other name must be able to be an account."""
+    name = str(value).strip()
+    allow = values.get("train_allow_root", False)
+    if name == "root" and not (allow is True or str(allow).lower() in ("true", "yes", "1")):
+        return [Problem(variable, value, "the job (your script and everything it imports) would run as root",
+                        "an unprivileged account (empty: mtrain, created by the role), or train_allow_root: true")]
+    if name and name != "root" and not re.match(USERNAME_RE, name):
+        return [Problem(variable, value, "cannot be created, not a valid account name",
+                        "empty (mtrain) or 1-32 of lower-case letters, digits, _ and -, starting with a letter or _")]
+    return []
+
+
+def _firewall(variable, value, values, ctx):
+    if str(value).strip().lower() not in ("auto", "true", "false", "yes", "no", "on", "off", "1", "0"):
+        return [Problem(variable, value, "not auto or a boolean",
+                        "auto (on where nftables works), true (required), false (off)")]
+    return []
+
+
+def _deepspeed_source(variable, value, values, ctx):
+    """What each source type needs (checked on deepspeed_build_source, naming the variable at fault)."""
+    problems = []
+    version = values.get("deepspeed_build_version")
+    if value == "pypi" and isinstance(version, str) and not re.match(VERSION_RE, version):
+        problems.append(Problem("deepspeed_build_version", version, "not a version (deepspeed_build_source=pypi "
+                                "downloads that sdist)", "a version such as 0.19.8"))
+    if value == "git":
+        for name in ("deepspeed_build_git_repo", "deepspeed_build_git_ref"):
+            if str(values.get(name, "")).strip() == "":
+                problems.append(Problem(name, values.get(name), "empty with deepspeed_build_source=git",
+                                        "a repository URL and a branch, tag or commit"))
+    if value == "local" and values.get("deepspeed_build_local_path", "") == "":
+        problems.append(Problem("deepspeed_build_local_path", "", "empty with deepspeed_build_source=local",
+                                "the absolute path of a DeepSpeed tarball or directory on the build host"))
+    return problems
+
+
+def _manifest(variable, value, values, ctx):
+    """wheel_distribute: the manifest on the controller exists and is schema 1 JSON, naming the file."""
+    manifest = values.get("wheel_distribute_manifest") or ""
+    wheel = values.get("wheel_distribute_wheel") or ""
+    dist_dir = values.get("wheel_distribute_dist_dir") or ""
+    if not all(isinstance(v, str) and (v == "" or v.startswith("/")) for v in (manifest, wheel, dist_dir)):
+        return []  # the path checks report it
+    if manifest:
+        name, path = "wheel_distribute_manifest", manifest
+    elif wheel:
+        name, path = "wheel_distribute_wheel", wheel + ".manifest.json"
+    else:
+        name = "wheel_distribute_dist_dir"
+        try:
+            found = [os.path.join(dist_dir, f) for f in os.listdir(dist_dir) if f.endswith(".whl.manifest.json")]
+        except OSError as exc:
+            return [Problem(name, dist_dir, "cannot be read on the controller (%s)" % (exc.strerror or exc),
+                            "the directory build_deepspeed.yml fetched the wheel to")]
+        if not found:
+            return [Problem(name, dist_dir, "holds no *.whl.manifest.json on the controller",
+                            "run build_deepspeed.yml first, or point wheel_distribute_manifest at a manifest")]
+        path = max(found, key=lambda p: (os.path.getmtime(p), p))
+    return check_manifest_file(name, path)
+
+
+def check_manifest_file(name, path):
+    valid = "a wheel manifest written by build_deepspeed.yml (docs/manifest.md)"
+    try:
+        data = manifest_schema.read(path)
+    except manifest_schema.ManifestError as exc:
+        # "manifest <path> <what>": the Problem names the path itself.
+        return [Problem(name, path, str(exc).replace("manifest %s " % path, "", 1).replace(
+            "cannot be read (", "cannot be read on the controller ("), valid)]
+    missing = manifest_schema.missing_keys(data)
+    if missing or data.get("schema") != manifest_schema.SCHEMA:
+        what = "is not a schema 1 manifest (missing: %s; schema %s)" % (
+            ", ".join(missing) or "none", show(data.get("schema")))
+        return [Problem(name, path, what, valid)]
+    return []
+
+
+# Per variable: rules beyond the argument spec's type, elements and choices.
+RULES = {
+    # train
+    "train_nnodes": [_nnodes],
+    "train_nproc_per_node": [_nproc],
+    "train_cpu_nproc": [_range(1)],
+    "train_rdzv_port": [_range(1, 65535), _ssh_port],
+    "train_user": [_train_user],
+    "train_group": [_pattern(r"^([a-z_][a-z0-9_-]{0,30}\$?)?$", "empty (the account's own) or a group name")],
+    "train_firewall": [_firewall],
+    "train_firewall_ttl": [_range(10)],
+    "train_rdzv_conf": [_rdzv_conf],
+    "train_interface": [_pattern(r"^[^\s/,:]*$", "empty (the default route's) or an interface name such as eth0")],
+    "train_job_id": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
+                              "empty (generated) or 1-128 of letters, digits, _ . - (it names a directory)")],
+    "train_module": [_pattern(r"^([A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)?$",
+                              "empty (run train_script) or a module name such as pkg.train")],
+    "train_args": [_scalar_items],
+    "train_env": [_env()],
+    "train_max_restarts": [_range(0), _max_restarts],
+    "train_detach": [_detach],
+    "train_attach": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
+                              "empty, or the id of a job a launch printed (letters, digits, _ . -)")],
+    "train_lease": [_range(0)],
+    "train_lost_timeout": [_range(2, 3600)],
+    "train_fail_grace": [_range(0, 300)],
+    "train_progress_interval": [_range(1)],
+    "train_watch_port": [_watch_port],
+    "train_timeout": [_range(0)],
+    "train_stop_grace": [_range(0)],
+    "train_connect_timeout": [_range(1)],
+    "train_code_src": [_code_src],
+    "train_requirements_file": [_controller_file],
+    "train_accelerate_config": [_controller_file],
+    "train_deepspeed_config": [_controller_file],
+    "train_venv": [_not_root],
+    # deepspeed_build
+    "deepspeed_build_source": [_deepspeed_source],
+    "deepspeed_build_cuda_arch_list": [_cuda_arch],
+    "deepspeed_build_ops": [lambda v, value, values, ctx: [
+        p for i, op in enumerate(value) for p in check_pattern(
+            "%s[%d]" % (v, i), op, r"^[A-Za-z0-9_]+$", "op names such as cpu_adam, fused_adam (or the DS_BUILD_* "
+            "suffix)", "not an op name")]],
+    "deepspeed_build_jobs": [_range(0)],
+    "deepspeed_build_env": [_env()],
+    "deepspeed_build_torch_requirement": [_not_empty("a requirement such as torch==2.13.0")],
+    "deepspeed_build_python": [_not_empty("python3 or the absolute path of an interpreter on the build host")],
+    "deepspeed_build_workdir": [_not_root],
+    # toolchain
+    "toolchain_gcc_version": [_gcc_version],
+    "toolchain_alternatives_priority": [_range(0)],
+    "toolchain_nvcc": [_nvcc],
+    # wheel_distribute
+    "wheel_distribute_venv": [_not_root],
+    "wheel_distribute_index_url": [_pattern(r"^((https?|file)://\S+)?$", "empty (offline, --no-index) or an "
+                                            "http(s):// or file:// URL")],
+    "wheel_distribute_dist_dir": [_manifest],
+    "wheel_distribute_requirements_file": [_controller_file],
+    # nccl_tuning
+    "nccl_tuning_nccl_version": [_pattern(r"^(auto|v?[0-9]+\.[0-9]+(\.[0-9]+)?([+-].*)?)$",
+                                          "auto or a version such as 2.18.6")],
+    "nccl_tuning_overrides": [_env(key_re=r"^NCCL_[A-Z0-9_]+$", key_valid="NCCL_* names in capitals",
+                                   allow_null=True)],
+    "nccl_tuning_env": [_env(allow_null=True)],
+    "nccl_tuning_cluster_address": [_ipv4_or_empty],
+    "nccl_tuning_socket_ifname": [_pattern(r"^[^\s/]*$", "empty or NCCL_SOCKET_IFNAME syntax such as eth0 or ^lo")],
+    "nccl_tuning_user": [_pattern(r"^([A-Za-z_][A-Za-z0-9_.-]*\$?)?$", "empty (the connecting user) or a user name")],
+    "nccl_tuning_tests_gpus": [_range(0)],
+    "nccl_tuning_tests_min_bw": [_range(0, number=float)],
+}
+
+# Variables whose empty value means "none" although the default is not empty.
+MAY_BE_EMPTY = ("wheel_distribute_wheelhouse",)

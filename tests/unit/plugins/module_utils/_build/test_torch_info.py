@@ -1,0 +1,63 @@
+"""Which torch a requirement gives, from recorded pip --dry-run reports, and the accelerator rules."""
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils._build import torch_info as ti
+from tests.unit.conftest import FIXTURES
+
+
+def report(name):
+    return (FIXTURES / "pip_reports" / name).read_text()
+
+
+@pytest.mark.parametrize("name, version, cuda", [
+    ("torch-2.13.0-cpu.json", "2.13.0+cpu", None),
+    ("torch-2.7.1-cu128.json", "2.7.1", "12.8"),
+    ("torch-2.6.0-cu124-label.json", "2.6.0+cu124", "12.4"),
+    # PyPI's default Linux torch 2.13.0 (torch.__version__ 2.13.0+cu130) names its CUDA
+    # through cuda-toolkit[...]==13.0.3, not nvidia-cuda-runtime.
+    ("torch-2.13.0-cu130-pypi.json", "2.13.0", "13.0"),
+])
+def test_from_recorded_reports(name, version, cuda):
+    found = ti.from_pip_report(report(name))
+    assert found["version"] == version and found["cuda"] == cuda
+
+
+def test_report_without_torch():
+    with pytest.raises(ti.TorchError):
+        ti.from_pip_report(report("no-torch.json"))
+
+
+@pytest.mark.parametrize("version, cuda", [
+    ("2.13.0+cu130", "13.0"), ("2.5.1+cu118", "11.8"), ("2.13.0+cpu", None), ("2.4.0+rocm6.1", None),
+    ("2.13.0", ""),
+])
+def test_cuda_from_version(version, cuda):
+    assert ti.cuda_from_version(version) == cuda
+
+
+CPU_TORCH = {"version": "2.13.0+cpu", "cuda": None}
+CUDA_TORCH = {"version": "2.13.0+cu130", "cuda": "13.0"}
+
+
+def test_auto():
+    assert ti.resolve_accelerator("auto", "13.0", CUDA_TORCH, "h", "torch") == "cuda"
+    assert ti.resolve_accelerator("auto", "13.0", CPU_TORCH, "h", "torch") == "cpu"
+    assert ti.resolve_accelerator("auto", None, CUDA_TORCH, "h", "torch") == "cpu"
+
+
+def test_cuda_on_this_machine_kind_is_refused():
+    # These build hosts have nvcc 13.0 and a CPU torch.
+    with pytest.raises(ti.TorchError) as err:
+        ti.resolve_accelerator("cuda", "13.0", CPU_TORCH, "build01", "torch==2.13.0")
+    msg = str(err.value)
+    assert "deepspeed_build_accelerator=cuda cannot build on build01" in msg
+    assert "torch 2.13.0+cpu" in msg and "is a CPU build" in msg and "'cpu' or 'auto'" in msg
+
+
+def test_cuda_without_nvcc_and_major_mismatch():
+    with pytest.raises(ti.TorchError) as err:
+        ti.resolve_accelerator("cuda", None, CUDA_TORCH, "b", "torch")
+    assert "no nvcc on b" in str(err.value)
+    with pytest.raises(ti.TorchError) as err:
+        ti.resolve_accelerator("cuda", "12.4", CUDA_TORCH, "b", "torch")
+    assert "differ in major version" in str(err.value)

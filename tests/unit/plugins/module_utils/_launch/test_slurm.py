@@ -1,0 +1,361 @@
+"""Unit tests for plugins/module_utils/_launch/slurm.py, _launch/platform_env.py and roles/train/files/slurm_node.py.
+
+tests/fixtures/slurm/: sinfo_cpu.txt, scontrol_*.txt and squeue.txt were recorded on the
+molecule/launch_slurm cluster (Debian bookworm slurm-wlm 22.05.8); sinfo_gpu.txt is written in the
+same format (sinfo -h -N -o '%R|%N|%T|%G|%c') for a GPU cluster with a drained and a down node.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils._launch import platform_env as pe
+from ansible_collections.multinode.training.plugins.module_utils._launch import slurm as sl
+from tests.unit.conftest import FIXTURES, ROOT
+
+FIX = FIXTURES / "slurm"
+NASTY_ARGS = ["--note", "a b", "it's \"quoted\"", "x;y && rm -rf /tmp/nope", "$HOME $(id) `id`", "", "tab\there",
+              "new\nline", "*", "back\\slash", "--flag=va lue"]
+
+
+def text(name):
+    return (FIX / name).read_text(encoding="utf-8")
+
+
+def spec(**over):
+    base = {
+        "job_name": "multinode-training", "nodes": (2, 2), "output": "/shared/jobs/slurm-%j.out",
+        "partition": "debug", "account": "", "gres": "", "time": "", "constraint": "", "extra_args": [],
+        "nnodes": "2", "nproc_per_node": 2, "rdzv_backend": "c10d", "rdzv_port": 29400, "rdzv_conf": "",
+        "max_restarts": 0, "script": "/shared/code/smoke_train.py", "module": None, "args": list(NASTY_ARGS),
+        "python": "/opt/multinode-training/venv/bin/python", "system_python": "python3",
+        "bin_dir": "/shared/bin", "job_base": "/shared/jobs", "interface": "", "ip_version": 4,
+        "env_files": ["/etc/multinode-training/nccl.env"], "timeout": 300, "stop_grace": 15, "tee": False,
+    }
+    base.update(over)
+    return base
+
+
+# ------------------------------------------------------------------ reading Slurm
+
+def test_parse_sinfo_recorded_cpu_cluster():
+    parts = sl.parse_sinfo(text("sinfo_cpu.txt"))
+    assert list(parts) == ["debug"]
+    assert parts["debug"]["nodes"] == ["launch_slurm-node1", "launch_slurm-node2"]
+    assert parts["debug"]["usable"] == parts["debug"]["nodes"]
+    assert parts["debug"]["gpus_per_node"] == 0
+
+
+def test_parse_sinfo_gpu_cluster_counts_usable_nodes_and_min_gpus():
+    parts = sl.parse_sinfo(text("sinfo_gpu.txt"))
+    assert sorted(parts) == ["cpu", "debug", "gpu"]
+    assert parts["gpu"]["usable"] == ["g1001", "g1002", "g1004"]
+    assert parts["gpu"]["gpus_per_node"] == 4
+    assert parts["cpu"]["usable"] == ["c01"]
+    assert parts["debug"]["gpus_per_node"] == 0
+
+
+@pytest.mark.parametrize("gres, gpus", [
+    ("gpu:8", 8), ("gpu:a100:4(S:0-1),shard:8", 4), ("(null)", 0), ("", 0), ("gpu", 1),
+    ("gpu:a100:2,gpu:v100:2", 4), ("shard:8", 0),
+])
+def test_gpus_in_gres(gres, gpus):
+    assert sl.gpus_in_gres(gres) == gpus
+
+
+def test_default_partition_and_scontrol_line():
+    assert sl.default_partition(text("scontrol_partition.txt")) == "debug"
+    fields = sl.parse_scontrol_line(text("scontrol_partition.txt"))
+    assert fields["TotalNodes"] == "2"
+    assert fields["Nodes"] == "launch_slurm-node[1-2]"
+
+
+def test_parse_job_recorded_states():
+    done = sl.parse_job(text("scontrol_job_completed.txt"))
+    assert done["state"] == "COMPLETED" and done["nodes"] == "launch_slurm-node[1-2]"
+    assert done["exit_code"] == "0:0" and done["reason"] is None
+    pending = sl.parse_job(text("scontrol_job_pending.txt"))
+    assert pending["state"] == "PENDING" and pending["reason"] == "Resources" and pending["nodes"] is None
+    running = sl.parse_job(text("scontrol_job_running.txt"))
+    assert running["state"] == "RUNNING" and running["num_nodes"] == "2"
+    assert sl.parse_job("slurm_load_jobs error: Invalid job id specified") is None
+
+
+def test_parse_squeue_recorded():
+    jobs = sl.parse_squeue(text("squeue.txt"))
+    assert [(j["job_id"], j["state"]) for j in jobs] == [("4", "PENDING"), ("3", "RUNNING")]
+    assert jobs[0]["reason"] == "(Resources)" and jobs[1]["nodes"] == "launch_slurm-node[1-2]"
+
+
+@pytest.mark.parametrize("out, job", [("42\n", "42"), ("42;cluster\n", "42"), ("warning\n43\n", "43")])
+def test_parse_sbatch(out, job):
+    assert sl.parse_sbatch(out) == job
+
+
+def test_parse_sbatch_refuses_garbage():
+    with pytest.raises(sl.SlurmError, match="no job id"):
+        sl.parse_sbatch("sbatch: error: Batch job submission failed")
+
+
+@pytest.mark.parametrize("hostlist, hosts", [
+    ("launch_slurm-node[1-2]", ["launch_slurm-node1", "launch_slurm-node2"]),
+    ("g[001-003,010],c01", ["g001", "g002", "g003", "g010", "c01"]),
+    ("single", ["single"]), ("", []),
+])
+def test_expand_hostlist(hostlist, hosts):
+    assert sl.expand_hostlist(hostlist) == hosts
+
+
+def test_srun_failures():
+    log = ("srun: error: launch_slurm-node2: task 1: Exited with exit code 2\n"
+           "srun: error: node3: tasks 0-1: Killed\n")
+    assert sl.srun_failures(log) == [
+        {"node": "launch_slurm-node2", "task": "1", "rc": 2, "what": "Exited with exit code 2"},
+        {"node": "node3", "task": "0-1", "rc": None, "what": "Killed"}]
+
+
+# ------------------------------------------------------------------ bad requests
+
+@pytest.mark.parametrize("partition, nnodes, gpus, fragment", [
+    ("nope", "2", 0, "train_slurm_partition=nope: the cluster has no such partition; valid: debug"),
+    ("debug", "3", 0, "train_nnodes=3: partition debug has 2 node(s), 2 usable"),
+    ("debug", "1:4", 0, "train_nnodes=1:4: partition debug has 2 node(s)"),
+    ("debug", "2", 1, "partition debug has no GPUs"),
+    ("debug", "", 0, "train_nnodes is empty: with train_launcher=slurm"),
+    ("", "2", 0, None),
+])
+def test_check_request_cpu_cluster(partition, nnodes, gpus, fragment):
+    parts = sl.parse_sinfo(text("sinfo_cpu.txt"))
+    if fragment is None:
+        assert sl.check_request(parts, partition, nnodes, gpus, "debug") == "debug"
+        return
+    with pytest.raises(sl.SlurmError) as err:
+        sl.check_request(parts, partition, nnodes, gpus, "debug")
+    assert fragment in str(err.value)
+
+
+def test_check_request_gpu_cluster_names_node_states_and_gpu_counts():
+    parts = sl.parse_sinfo(text("sinfo_gpu.txt"))
+    with pytest.raises(sl.SlurmError, match="g1003 drained"):
+        sl.check_request(parts, "gpu", "4", 0)
+    with pytest.raises(sl.SlurmError, match="has 4 GPU"):
+        sl.check_request(parts, "gpu", "2", 8)
+    assert sl.check_request(parts, "gpu", "3", 4) == "gpu"
+    with pytest.raises(sl.SlurmError, match="no default partition; valid: cpu, debug, gpu"):
+        sl.check_request(parts, "", "1", 0)
+
+
+@pytest.mark.parametrize("gres, gpus, expected", [
+    ("", 0, ("", 0)), ("", 8, ("gpu:8", 8)), ("gpu:a100:4", 0, ("gpu:a100:4", 4)),
+])
+def test_gres_request(gres, gpus, expected):
+    assert sl.gres_request(gres, gpus) == expected
+
+
+def test_gres_request_refuses_both():
+    with pytest.raises(sl.SlurmError, match="set one of them"):
+        sl.gres_request("gpu:8", 8)
+
+
+def test_resolve_nproc():
+    assert sl.resolve_nproc("auto", 0, 0, 2) == 2
+    assert sl.resolve_nproc("auto", 8, 4, 2) == 8
+    assert sl.resolve_nproc("auto", 0, 4, 2) == 4
+    assert sl.resolve_nproc("3", 8, 4, 2) == 3
+    with pytest.raises(sl.SlurmError, match="train_nproc_per_node"):
+        sl.resolve_nproc("zero", 0, 0, 2)
+
+
+# ------------------------------------------------------------------ the batch script
+
+def test_sbatch_options_and_refusals():
+    lines = sl.sbatch_options(spec(gres="gpu:8", time="2:00:00", account="proj", constraint="a100",
+                                   extra_args=["--exclusive", "--comment=run-42"], nodes=(1, 4)))
+    assert lines == ["--job-name=multinode-training", "--nodes=1-4", "--ntasks-per-node=1",
+                     "--output=/shared/jobs/slurm-%j.out", "--open-mode=append", "--partition=debug",
+                     "--account=proj", "--gres=gpu:8", "--time=2:00:00", "--constraint=a100",
+                     "--exclusive", "--comment=run-42"]
+    with pytest.raises(sl.SlurmError, match=r"train_slurm_extra_args\[0\]"):
+        sl.sbatch_options(spec(extra_args=["--comment=a b"]))
+    with pytest.raises(sl.SlurmError, match=r"train_slurm_extra_args\[0\]"):
+        sl.sbatch_options(spec(extra_args=["exclusive"]))
+    with pytest.raises(sl.SlurmError, match="train_slurm_partition"):
+        sl.sbatch_options(spec(partition="de bug"))
+
+
+def test_render_has_one_job_with_preflight_and_one_torchrun_per_node():
+    script = sl.render_batch_script(spec())
+    assert script.startswith("#!/bin/bash\n")
+    assert script.count("\nsrun ") == 2
+    assert script.count("--kill-on-bad-exit=1") == 2
+    assert "--ntasks-per-node=1" in script
+    flat = script.replace(" \\\n  ", " ")
+    assert '--rdzv_id "slurm-${SLURM_JOB_ID}"' in flat
+    assert '--rdzv_endpoint "${rdzv_addr}:29400"' in flat
+    for line in script.splitlines():
+        if line.startswith("#SBATCH"):
+            assert len(line.split()) == 2, line
+    subprocess.run(["bash", "-n"], input=script, universal_newlines=True, check=True)
+
+
+def run_rendered(tmp_path, script):
+    """Run the rendered script with stand-ins for the Slurm commands and the helper's check; the stand-in
+    srun writes the argv it receives, NUL-separated, as srun would hand it to the task (execve)."""
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    stubs = (
+        'scontrol() { printf "%s\\n" launch_slurm-node1 launch_slurm-node2; }\n'
+        'python3() { echo 10.0.0.11; }\n'
+        'srun() { n=$(ls "$CALLS" | wc -l); printf "%s\\0" "$@" > "$CALLS/$n"; }\n'
+    )
+    body = script.replace("set -euo pipefail\n", "set -euo pipefail\n" + stubs, 1)
+    env = dict(os.environ, SLURM_JOB_ID="42", SLURM_JOB_NODELIST="launch_slurm-node[1-2]",
+               SLURM_JOB_NUM_NODES="2", CALLS=str(calls), HOME="/home/someone")
+    subprocess.run(["bash", "-c", body], env=env, check=True, cwd=str(tmp_path))
+    return [(calls / str(i)).read_bytes().split(b"\0")[:-1] for i in range(len(os.listdir(calls)))]
+
+
+def test_train_args_reach_srun_verbatim_through_bash(tmp_path):
+    """spaces, quotes, ';', '$', backquotes, empty, tab, newline, glob: each item one argument, unchanged."""
+    s = spec(job_base=str(tmp_path / "jobs"))
+    calls = run_rendered(tmp_path, sl.render_batch_script(s))
+    assert len(calls) == 2
+    preflight, run = [[a.decode() for a in call] for call in calls]
+    assert preflight[:4] == ["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--job-name=preflight"]
+    assert preflight[4:8] == ["python3", "/shared/bin/slurm_node.py", "preflight", str(tmp_path / "jobs" / "42")]
+    torchrun = run[run.index("--") + 1:]
+    expected = sl.torchrun_argv(s)
+    expected[expected.index(sl.RDZV_ID_SENTINEL)] = "slurm-42"
+    expected[expected.index("%s:29400" % sl.RDZV_HOST_SENTINEL)] = "10.0.0.11:29400"
+    assert torchrun == expected
+    assert torchrun[-len(NASTY_ARGS):] == NASTY_ARGS
+    assert run[run.index("--first") + 1] == "launch_slurm-node1"
+    assert run[run.index("--env-file") + 1] == "/etc/multinode-training/nccl.env"
+    assert (tmp_path / "jobs" / "42").is_dir()
+
+
+def test_render_module_and_elastic_nodes(tmp_path):
+    s = spec(script=None, module="mypkg.train", args=[], nnodes="1:2", nodes=(1, 2), rdzv_conf="join_timeout=120",
+             job_base=str(tmp_path / "jobs"), tee=True, chdir="/shared/work dir")
+    script = sl.render_batch_script(s)
+    assert "#SBATCH --nodes=1-2" in script
+    run = [a.decode() for a in run_rendered(tmp_path, script)[1]]
+    assert run[run.index("--rdzv-conf") + 1] == "join_timeout=120"
+    assert run[run.index("--chdir") + 1] == "/shared/work dir"
+    assert "--tee" in run
+    torchrun = run[run.index("--") + 1:]
+    assert torchrun[torchrun.index("--nnodes") + 1] == "1:2"
+    assert torchrun[-2:] == ["-m", "mypkg.train"]
+
+
+def test_render_refuses_bad_torchrun_options():
+    with pytest.raises(sl.SlurmError, match="one of script or module"):
+        sl.render_batch_script(spec(script=None))
+
+
+# ------------------------------------------------------------------ slurm_node.py (node side)
+
+def load_node_helper():
+    path = ROOT / "roles" / "train" / "files" / "slurm_node.py"
+    loaded = importlib.util.spec_from_file_location("slurm_node", str(path))
+    module = importlib.util.module_from_spec(loaded)
+    loaded.loader.exec_module(module)
+    return module
+
+
+def test_node_helper_default_interface_and_ipv6():
+    node = load_node_helper()
+    route = ("Iface\tDestination\tGateway\tFlags\n"
+             "eth0\t00000000\t010011AC\t0003\n"
+             "eth0\t000011AC\t00000000\t0001\n")
+    assert node.default_interface(route) == "eth0"
+    assert node.default_interface("Iface\tDestination\n") == ""
+    inet6 = ("fe800000000000000042acfffe110002 2b 40 20 80 eth0\n"
+             "fd000000000000000000000000000011 2b 40 00 80 eth0\n")
+    assert node.ipv6_global(inet6, "eth0") == "fd00::11"
+    assert node.ipv6_global(inet6, "ib0") == ""
+
+
+def test_node_helper_compare_names_the_node():
+    node = load_node_helper()
+    env = {"python": "3.11.2", "torch": "2.13.0+cpu", "deepspeed": "0.19.8", "ops": ["cpu_adam"]}
+    good = {"address": "10.0.0.11", "environment": env, "script_sha256": "aa"}
+    records = {"n1": good, "n2": dict(good, address="10.0.0.12")}
+    assert node.compare(records, ["n1", "n2"]) == []
+    records["n2"] = dict(good, environment=dict(env, torch="2.12.0"))
+    errors = node.compare(records, ["n1", "n2"])
+    assert len(errors) == 1 and errors[0].startswith("n2: environment") and "2.12.0" in errors[0]
+    records["n2"] = dict(good, script_sha256="bb")
+    assert node.compare(records, ["n1", "n2"])[0].startswith("n2: train_script has sha256 bb, n1 has aa")
+    records["n2"] = {"error": "train_python=/x/bin/python is missing"}
+    assert node.compare(records, ["n1", "n2"]) == ["n2: train_python=/x/bin/python is missing"]
+    assert node.compare({"n1": good}, ["n1", "n3"]) == ["n3: no preflight record (the preflight step did not run there)"]
+    records = {"n1": dict(good, address="", interface="ib0", used_interface="ib0", interfaces=["eth0", "lo"]),
+               "n2": good}
+    assert "n1: no IPv4 address on train_interface=\"ib0\"" in node.compare(records, ["n1", "n2"])[0]
+
+
+def test_node_helper_check_prints_first_address(tmp_path):
+    node = load_node_helper()
+    env = {"python": "3.11.2", "torch": "2.13.0+cpu", "deepspeed": None, "ops": []}
+    (tmp_path / "preflight").mkdir()
+    for name, addr in (("n1", "fd00::11"), ("n2", "fd00::12")):
+        (tmp_path / "preflight" / (name + ".json")).write_text(
+            '{"address": "%s", "environment": %s}' % (addr, __import__("json").dumps(env)))
+    out = subprocess.run(["python3", str(ROOT / "roles/train/files/slurm_node.py"), "check", str(tmp_path),
+                          "n1", "n2"], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
+    assert out.strip() == "[fd00::11]"
+
+
+# ------------------------------------------------------------------ env mode (platforms)
+
+SENSECORE = {"MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "29500", "WORLD_SIZE": "2", "RANK": "0"}
+AISTATION = {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "NNODES": "4", "NPROC_PER_NODE": "1",
+             "RDZV_ID": "task-medical-qwen"}
+
+
+def test_sensecore_mapping():
+    mapped = pe.map_environment(SENSECORE)
+    assert mapped["platform"] == "sensecore"
+    assert mapped["nnodes"] == "2" and mapped["rdzv_endpoint"] == "10.1.2.3:29500"
+    assert mapped["is_host"] is True and mapped["nproc_per_node"] is None
+    worker = pe.map_environment(dict(SENSECORE, RANK="1"))
+    assert worker["is_host"] is False
+    assert worker["rdzv_id"] == mapped["rdzv_id"] and mapped["rdzv_id"].startswith("env-")
+    nxt = pe.map_environment(dict(SENSECORE, MASTER_ADDR="10.1.9.9"))
+    assert nxt["rdzv_id"] != mapped["rdzv_id"]
+
+
+def test_aistation_mapping_and_elastic():
+    mapped = pe.map_environment(AISTATION)
+    assert (mapped["platform"], mapped["nnodes"], mapped["rdzv_id"], mapped["nproc_per_node"]) == \
+        ("aistation", "4", "task-medical-qwen", "1")
+    assert mapped["rdzv_endpoint"] == "job-master-0:23456" and mapped["is_host"] is None
+    elastic = dict(AISTATION, MIN_NNODES="2", MAX_NNODES="4")
+    del elastic["NNODES"]
+    assert pe.map_environment(elastic)["nnodes"] == "2:4"
+    assert pe.map_environment(SENSECORE, nnodes="1:2", rdzv_id="mine")["nnodes"] == "1:2"
+    assert pe.map_environment(SENSECORE, rdzv_id="mine")["rdzv_id"] == "mine"
+
+
+@pytest.mark.parametrize("environ, platform, fragment", [
+    ({"MASTER_ADDR": "a", "WORLD_SIZE": "2"}, "auto",
+     "platform sensecore): MASTER_PORT is not set; valid: the platform sets MASTER_ADDR and MASTER_PORT; "
+     "this container has MASTER_ADDR, WORLD_SIZE"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "1"}, "sensecore", "WORLD_SIZE is not set"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "1"}, "aistation", "NNODES is not set"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "1", "MIN_NNODES": "2"}, "auto", "MAX_NNODES is not set"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "1", "MIN_NNODES": "4", "MAX_NNODES": "2"}, "auto", "greater than"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "1", "NNODES": "zwei"}, "auto", "NNODES='zwei' is not a positive"),
+    ({}, "auto", "MASTER_ADDR is not set; valid: the platform sets MASTER_ADDR, MASTER_PORT and WORLD_SIZE "
+                 "(SenseCore) or NNODES (AIStation); this container has none of"),
+    ({"MASTER_ADDR": "a", "MASTER_PORT": "99999", "NNODES": "2"}, "auto", "outside 1-65535"),
+    (SENSECORE, "kubernetes", "train_env_platform='kubernetes'"),
+])
+def test_platform_refusals_name_the_variable(environ, platform, fragment):
+    with pytest.raises(pe.PlatformError) as err:
+        pe.map_environment(environ, platform)
+    assert fragment in str(err.value)

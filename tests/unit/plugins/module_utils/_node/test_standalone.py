@@ -1,0 +1,53 @@
+"""Every file of plugins/module_utils/_node/ is shipped to the nodes as source and run there by the
+node's python (the job's venv, or the system's): it may import the standard library and its _node/
+siblings (side by side on the node), nothing else - not Ansible, not the rest of the collection."""
+
+import ast
+import os
+import shutil
+import sys
+
+from ansible_collections.multinode.training.plugins.module_utils._node import light
+
+NODE_DIR = os.path.dirname(os.path.abspath(light.__file__))
+
+
+def foreign_imports(folder):
+    """``[(file, line, module)]``: the imports of ``folder``'s .py files that are neither the standard
+    library nor a sibling file of ``folder`` (at any depth: inside functions too)."""
+    siblings = {name[:-3] for name in os.listdir(folder) if name.endswith(".py")}
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name)) as handle:
+            tree = ast.parse(handle.read(), name)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                modules = ["." if node.level else node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in siblings:
+                    found.append((name, node.lineno, module))
+    return found
+
+
+def test_node_files_import_only_the_standard_library_and_their_siblings():
+    names = [name for name in os.listdir(NODE_DIR) if name.endswith(".py") and name != "__init__.py"]
+    assert len(names) >= 6, names
+    assert foreign_imports(NODE_DIR) == []
+
+
+def test_a_planted_import_is_found(tmp_path):
+    copy = tmp_path / "_node"
+    shutil.copytree(NODE_DIR, str(copy))
+    with open(str(copy / "watch.py"), "a") as handle:
+        handle.write("\n\ndef later():\n    from ansible.module_utils.basic import AnsibleModule\n    return AnsibleModule\n")
+    (copy / "extra.py").write_text("import yaml\nfrom . import watch\nimport supervisor\nimport json\n")
+    found = foreign_imports(str(copy))
+    assert [(name, module) for name, _line, module in found] == [
+        ("extra.py", "yaml"), ("extra.py", "."), ("watch.py", "ansible.module_utils.basic")]

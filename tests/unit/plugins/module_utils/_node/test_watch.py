@@ -1,0 +1,540 @@
+"""Decisions of the job watcher: the first failure across nodes, lost nodes, the lease, the stop."""
+import json
+import os
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils._node import watch as w
+
+# A rank's stderr when the script does not use @record (a third-party test script): the cause
+# is the exception line of the last traceback, not torchrun's "no error message".
+ASSERT_STDERR = """\
+/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py:123: UserWarning: something
+  warnings.warn(
+Traceback (most recent call last):
+  File "/opt/code/test_writes.py", line 40, in <module>
+    main()
+  File "/opt/code/test_writes.py", line 36, in main
+    assert count == 4, f"Only wrote to file {count} times, not 4"
+           ^^^^^^^^^^
+AssertionError: Only wrote to file 2 times, not 4
+"""
+
+CHAINED = """\
+Traceback (most recent call last):
+  File "a.py", line 1, in <module>
+KeyError: 'x'
+
+During handling of the above exception, another exception occurred:
+
+Traceback (most recent call last):
+  File "a.py", line 3, in <module>
+    raise RuntimeError("wrapped")
+RuntimeError: wrapped
+[rank2]:[W1121 10:00:00.000] ProcessGroupGloo.cpp:123 warning after the traceback
+"""
+
+
+def test_last_exception_line_from_stderr_without_record():
+    assert w.last_exception_line(ASSERT_STDERR) == "AssertionError: Only wrote to file 2 times, not 4"
+
+
+def test_last_exception_line_takes_the_last_traceback():
+    assert w.last_exception_line(CHAINED) == "RuntimeError: wrapped"
+
+
+def test_last_exception_line_dotted_and_bare():
+    text = "Traceback (most recent call last):\n  File \"x\", line 1\ntorch.distributed.DistBackendError: NCCL error\n"
+    assert w.last_exception_line(text) == "torch.distributed.DistBackendError: NCCL error"
+    assert w.last_exception_line("Traceback (most recent call last):\n  x\nKeyboardInterrupt\n") == "KeyboardInterrupt"
+
+
+def test_last_exception_line_none_without_traceback():
+    assert w.last_exception_line("just a warning\n") is None
+    assert w.last_exception_line("") is None
+
+
+def test_first_failure_is_earliest_across_nodes():
+    failures = [
+        {"node": "node1", "rank": 0, "time": 105.0, "message": "RuntimeError: Connection closed by peer", "peer": True},
+        {"node": "node2", "rank": 3, "time": 100.0, "message": "AssertionError: x"},
+        {"node": "node3", "rank": 5, "time": 101.0, "message": "ValueError: y"},
+    ]
+    assert w.first_failure(failures)["rank"] == 3
+
+
+def test_first_failure_tie_prefers_first_hand_then_lower_rank():
+    failures = [
+        {"node": "node1", "rank": 1, "time": 100.000, "peer": True},
+        {"node": "node2", "rank": 4, "time": 100.005},
+        {"node": "node2", "rank": 2, "time": 100.008},
+    ]
+    assert w.first_failure(failures)["rank"] == 2
+    assert w.first_failure([]) is None
+    assert w.first_failure([{"rank": 1, "time": None}, {"rank": 0, "time": 5.0}])["rank"] == 0
+
+
+def test_lost_nodes_after_silence_not_when_ended():
+    nodes = ["n1", "n2", "n3"]
+    seen = {"n1": 100.0, "n2": 89.0, "n3": 80.0}
+    states = {"n1": "running", "n2": "running", "n3": "succeeded"}
+    # n2 silent 11 s > 10 s: lost; n3 silent longer but it ended by itself: not lost.
+    assert w.lost_nodes(nodes, seen, states, now=100.0, lost_after=10, started=0) == ["n2"]
+    assert w.lost_nodes(nodes, seen, states, now=98.0, lost_after=10, started=0) == []
+
+
+def test_lost_nodes_never_heard_from_gets_a_startup_grace():
+    assert w.lost_nodes(["n1", "n2"], {"n1": 50.0}, {}, now=50.0, lost_after=10, started=25.0) == []
+    assert w.lost_nodes(["n1", "n2"], {"n1": 56.0}, {}, now=56.0, lost_after=10, started=25.0) == ["n2"]
+
+
+def test_lease():
+    assert w.lease_expired(60, 100.0, 161.0)
+    assert not w.lease_expired(60, 100.0, 159.0)
+    assert not w.lease_expired(0, 100.0, 10 ** 9)  # detached: no lease
+
+
+def test_classify_rank():
+    assert w.classify_rank({"pid": 1}, None, True) == "running"
+    assert w.classify_rank({"pid": 1}, None, False) == "killed"
+    assert w.classify_rank({"pid": 1}, {"exitcode": 0}, False) == "succeeded"
+    assert w.classify_rank({"pid": 1}, {"exitcode": 2}, False) == "failed"
+    assert w.classify_rank(None, None, False) == "unknown"
+
+
+def test_local_failure_non_restartable_and_restartable():
+    ranks = [{"rank": 2, "local_rank": 0, "state": "running"},
+             {"rank": 3, "local_rank": 1, "state": "failed", "exitcode": 1, "time": 5.0, "message": "E: x"}]
+    assert w.local_failure(ranks, restartable=False, torchrun_rc=None)["rank"] == 3
+    # torchrun restarts the workers: not a failure of the job until torchrun gives up.
+    assert w.local_failure(ranks, restartable=True, torchrun_rc=None) is None
+    assert w.local_failure(ranks, restartable=True, torchrun_rc=1)["rank"] == 3
+    assert w.local_failure([], restartable=True, torchrun_rc=1)["kind"] == "torchrun"
+    assert w.local_failure([{"state": "succeeded"}], restartable=False, torchrun_rc=0) is None
+
+
+def test_stop_decision_order():
+    failure = {"node": "n2", "rank": 3, "time": 1.0}
+    assert w.stop_decision(None, [failure], ["n3"], False, True)["reason"] == "failure"
+    assert w.stop_decision(None, [], ["n3"], False, True) == {"reason": "lost", "nodes": ["n3"]}
+    # elastic: a lost node is survivable (the others restart without it)
+    assert w.stop_decision(None, [], ["n3"], True, False) is None
+    assert w.stop_decision(None, [], [], False, False, hub_lost="n1")["reason"] == "hub_lost"
+    assert w.stop_decision(None, [], [], False, True) == {"reason": "lease"}
+    assert w.stop_decision(None, [], [], False, False) is None
+    kept = {"reason": "lease"}
+    assert w.stop_decision(kept, [failure], [], False, False) is kept
+
+
+def test_describe_stop_lines():
+    stop = {"reason": "failure", "failure": {"node": "node2", "rank": 3, "local_rank": 1, "exitcode": 1,
+                                             "message": "AssertionError: Only wrote to file 2 times, not 4"}}
+    assert w.describe_stop(stop) == ("rank 3 (local_rank 1) on node2 exited 1: "
+                                     "AssertionError: Only wrote to file 2 times, not 4")
+    assert w.describe_stop({"reason": "lost", "nodes": ["node3"]}, lost_after=10) == \
+        "node node3 lost (no heartbeat for 10s)"
+    assert "controller lease expired" in w.describe_stop({"reason": "lease"}, lease=60)
+    assert "c10d cannot continue" in w.describe_stop({"reason": "hub_lost", "nodes": ["node1"]}, lost_after=10)
+    assert w.describe_stop(None) == ""
+
+
+def test_consequences_lists_the_others():
+    first = {"node": "n2", "local_rank": 1, "restart": 0}
+    ranks = {"n1": [{"rank": 0, "local_rank": 0, "state": "killed"}, {"rank": 1, "local_rank": 1, "state": "running"}],
+             "n2": [{"rank": 2, "local_rank": 0, "state": "succeeded"},
+                    {"rank": 3, "local_rank": 1, "state": "failed", "restart": 0}]}
+    assert w.consequences(ranks, first) == [{"node": "n1", "rank": 0, "local_rank": 0},
+                                            {"node": "n1", "rank": 1, "local_rank": 1}]
+
+
+def test_read_ranks_from_wrapper_records(tmp_path):
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    (exits / "0_0.start").write_text(json.dumps({"pid": os.getpid(), "rank": 0, "local_rank": 0, "restart": 0}))
+    (exits / "0_1.start").write_text(json.dumps({"pid": 2 ** 22 + 7, "rank": 1, "local_rank": 1, "restart": 0}))
+    (exits / "0_1.exit").write_text(json.dumps({"exitcode": 1, "message": "AssertionError: x", "time": 3.0}))
+    ranks = w.read_ranks(str(tmp_path), "n1")
+    assert [(r["rank"], r["state"]) for r in ranks] == [(0, "running"), (1, "failed")]
+    assert ranks[1]["message"] == "AssertionError: x"
+
+
+def test_follow_status_renews_lease_and_reports(tmp_path):
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as f
+    (tmp_path / "lease").write_text("")
+    os.utime(str(tmp_path / "lease"), (1, 1))
+    rank0 = tmp_path / "ranks" / "job_x" / "attempt_0" / "0"
+    rank0.mkdir(parents=True)
+    (rank0 / "stdout.log").write_text("smoke: rank=0 step=1\nsmoke: rank=0 step=2\n")
+    (tmp_path / "watch_state.json").write_text(json.dumps({"local": {"running": 2, "restarts": 1}}))
+    out = f.status("job-1", str(tmp_path), {"start": 100.0}, now=135.0)
+    assert os.path.getmtime(str(tmp_path / "lease")) > 1
+    assert out["done"] is False
+    assert out["progress"] == "job-1: running, 2 rank(s) running, 1 restart(s), 35s | rank 0: smoke: rank=0 step=2"
+
+
+def test_follow_add_watch_state_takes_first_failure_and_stderr_cause(tmp_path):
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as f
+    stop = {"reason": "failure", "failure": {"node": "node2", "rank": 3, "local_rank": 1, "exitcode": 1,
+                                             "message": "AssertionError: x"}}
+    (tmp_path / "watch_state.json").write_text(json.dumps({"stop": stop, "stop_line": "rank 3 ... AssertionError: x"}))
+    result = {"failures": [{"local_rank": 0, "message": None}], "root_cause_line": "rank 0 ...: no error message",
+              "ranks": [{"local_rank": 0, "stderr": str(tmp_path / "stderr.log")}]}
+    (tmp_path / "stderr.log").write_text(ASSERT_STDERR)
+    f.add_watch_state(str(tmp_path), result)
+    assert result["first_failure"]["node"] == "node2"
+    assert result["root_cause_line"] == "rank 3 ... AssertionError: x"
+    assert result["failures"][0]["message"] == "AssertionError: Only wrote to file 2 times, not 4"
+
+
+def test_follow_watch_conf_elastic_and_restartable():
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as f
+    watch = {"hub_addr": "10.0.0.1", "port": 29401, "node": "n2", "nodes": ["n1", "n2"]}
+    conf = f.watch_conf({"nnodes": "2:3", "max_restarts": 2, "watch": watch}, "j", "h")
+    assert conf["elastic"] and conf["restartable"] and not conf["hub"] and conf["node"] == "n2"
+    assert f.watch_conf({"nnodes": "2", "max_restarts": 0, "watch": None}, "j", "h")["hub"] is True
+
+
+def test_peer_error_stop_becomes_lost_node():
+    ranks = [{"rank": 0, "local_rank": 0, "state": "failed", "exitcode": 1, "time": 3.0,
+              "message": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer"}]
+    failure = dict(w.local_failure(ranks, False, None), node="n1")
+    assert failure["peer"] is True
+    stop = w.stop_decision(None, [failure], [], False, False)
+    assert w.refine_stop(stop, []) is stop
+    refined = w.refine_stop(stop, ["n3"])
+    assert refined["reason"] == "lost" and refined["nodes"] == ["n3"]
+    assert w.describe_stop(refined, lost_after=10).startswith("node n3 lost (no heartbeat for 10s); first error elsewhere")
+    first_hand = dict(stop, failure=dict(failure, peer=False))
+    assert w.refine_stop(first_hand, ["n3"]) is first_hand
+
+
+def test_caused_by_stop_only_after_the_stop_reached_the_node():
+    stop = {"reason": "lease", "received": 100.0}
+    # Ranks stopped by the lease stop (SIGTERM: no exit record, or an exit after it) are its consequence.
+    assert w.caused_by_stop({"rank": 0, "time": None}, stop)
+    assert w.caused_by_stop({"rank": 0, "time": 100.5}, stop)
+    # A rank that failed before the stop arrived is a cause; no stop, nothing is a consequence.
+    assert not w.caused_by_stop({"rank": 0, "time": 99.0}, stop)
+    assert not w.caused_by_stop({"rank": 0, "time": None}, None)
+    assert not w.caused_by_stop(None, stop)
+    assert not w.caused_by_stop({"rank": 0, "time": 101.0}, {"reason": "lease"})
+
+
+def _job_dir(tmp_path, job_id, **conf):
+    job_dir = tmp_path / job_id
+    (job_dir / "exits").mkdir(parents=True)
+    watch = {"node": "node1", "job_id": job_id, "nodes": ["node1"], "hub": True, "lease": 1, "fail_grace": 1,
+             "interval": 0.2, "lost": 5}
+    watch.update(conf)
+    (job_dir / "watch.json").write_text(json.dumps(watch))
+    (job_dir / "lease").write_text("")
+    return job_dir
+
+
+def test_lease_stop_keeps_the_supervisor_which_records_the_end(tmp_path):
+    """Issue 11 (e): the watcher stops the job after the lease; the supervisor (SIGTERMed, never
+    SIGKILLed) records result.json. On the cluster job.json was the module's (root, 0640) after its
+    second write, unreadable by the watcher running as the job's account: the watcher did not know
+    the supervisor, SIGKILLed it with the ranks, and no node had a result. Here job.json has no pid
+    at all: the watcher knows the supervisor from its command line only."""
+    import subprocess
+    import sys
+    import time
+
+    from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
+
+    job_id = "lease-unit-%d" % os.getpid()
+    job_dir = _job_dir(tmp_path, job_id)
+    (job_dir / "job.json").write_text(json.dumps({"job_id": job_id}))
+    env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=str(job_dir))
+    # The supervisor runs a "torchrun" that ignores SIGTERM (as a blocked agent may).
+    child = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    supervisor = subprocess.Popen([sys.executable, sup.__file__, str(job_dir), job_id, "0", "1", str(tmp_path), "--",
+                                   sys.executable, "-c", child], env=env, start_new_session=True)
+    watcher = None
+    try:
+        time.sleep(1.0)
+        old = time.time() - 30
+        os.utime(str(job_dir / "lease"), (old, old))
+        watcher = subprocess.Popen([sys.executable, w.__file__, str(job_dir), str(supervisor.pid)],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        out = watcher.communicate(timeout=60)[0].decode()
+        assert supervisor.wait(timeout=30) == 0, out
+        result = json.loads((job_dir / "result.json").read_text())
+        assert result["stopped"] is True and "supervisor_lost" not in result
+        assert "controller lease expired" in out
+        state = json.loads((job_dir / "watch_state.json").read_text())
+        assert state["stop"]["reason"] == "lease" and state["final"] is True
+        # The stopped ranks are the lease's consequence, not a failure of this node.
+        assert state["failures"] == []
+        assert sup.find_job_processes(job_id, job_dir=str(job_dir)) == []
+    finally:
+        for proc in (supervisor, watcher):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+
+
+def test_killed_supervisor_is_recorded_by_the_watcher(tmp_path):
+    """A supervisor killed (SIGKILL) without a result: the watcher stops what is left and writes
+    result.json in its place, so nothing waits for it until train_timeout."""
+    import subprocess
+    import sys
+    import time
+
+    job_id = "suplost-unit-%d" % os.getpid()
+    job_dir = _job_dir(tmp_path, job_id, lease=0)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (job_dir / "job.json").write_text(json.dumps({"job_id": job_id, "pid": dead.pid, "start": time.time()}))
+    watcher = w.Watcher(str(job_dir), dead.pid)
+    watcher.started -= 60  # past the start-up settle time
+    assert watcher.run() == 0
+    result = json.loads((job_dir / "result.json").read_text())
+    assert result["supervisor_lost"] is True and result["stopped"] is True
+
+
+def test_nap_lasts_the_interval_unless_poked_and_a_report_to_the_hub_pokes(tmp_path):
+    """The loop's nap lasts the interval while nothing happens; another node's new state at the hub
+    ends it at once, a heartbeat that repeats the same state does not."""
+    import time
+
+    job_dir = _job_dir(tmp_path, "nap-unit", lease=0, nodes=["node1", "node2"])
+    watcher = w.Watcher(str(job_dir))
+    watcher.interval = 0.6
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start >= 0.55
+    watcher.on_message({"node": "node2", "state": "running"})  # the first report is a change
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start < 0.1
+    watcher.on_message({"node": "node2", "state": "running"})
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start >= 0.55
+    watcher.on_message({"node": "node2", "state": "succeeded"})
+    start = time.time()
+    watcher.nap()
+    assert time.time() - start < 0.1
+
+
+def test_the_supervisor_wakes_the_watcher_at_the_end(tmp_path):
+    """A real watcher process (interval 5 s) and a real supervisor: the watcher writes its final state
+    within a fraction of a second of result.json (the supervisor's SIGURG ends its nap), not up to an
+    interval later; a SIGURG before the watcher listens does not kill it (ignored by default)."""
+    import subprocess
+    import sys
+    import time
+
+    from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
+
+    job_id = "wake-unit-%d" % os.getpid()
+    job_dir = _job_dir(tmp_path, job_id, lease=0, interval=5)
+    env = dict(os.environ, MULTINODE_TRAINING_JOB=job_id, MULTINODE_TRAINING_JOB_DIR=str(job_dir))
+    supervisor = subprocess.Popen([sys.executable, sup.__file__, str(job_dir), job_id, "0", "1", str(tmp_path), "--",
+                                   sys.executable, "-c", "import time; time.sleep(3)"], env=env, start_new_session=True)
+    watcher = subprocess.Popen([sys.executable, w.__file__, str(job_dir), str(supervisor.pid)],
+                               env=dict(os.environ, MULTINODE_TRAINING_WATCH=job_id), stdout=subprocess.DEVNULL)
+    try:
+        (job_dir / "job.json").write_text(json.dumps({"job_id": job_id, "pid": supervisor.pid, "start": time.time(),
+                                                      "watch_pid": watcher.pid}))
+        assert sup.wake_watcher(str(job_dir), job_id) == watcher.pid  # at once: maybe before it listens
+        assert supervisor.wait(timeout=30) == 0
+        assert watcher.wait(timeout=30) == 0
+        ended = json.loads((job_dir / "result.json").read_text())["end"]
+        state = json.loads((job_dir / "watch_state.json").read_text())
+        assert state["final"] is True
+        assert state["time"] - ended < 1.0, state["time"] - ended
+    finally:
+        for proc in (supervisor, watcher):
+            if proc.poll() is None:
+                proc.kill()
+    # not this job's watcher (another job id in its environment): no signal
+    assert sup.wake_watcher(str(job_dir), "other-job") is None
+
+
+def test_wake_watcher_waits_out_the_empty_environment_right_after_an_exec(tmp_path, monkeypatch):
+    """Right after the watcher's exec its /proc/<pid>/environ reads empty for a few ms (tens under
+    load; the parent's Popen or spawn has returned by then): the supervisor's wake, at the end of a
+    job that ended at once, asked once and dropped the SIGURG. It asks again until the environment
+    shows (up to ``settle`` s): a live process whose environment stays empty, or another job's
+    watcher, gets no signal."""
+    import threading
+
+    from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
+
+    root = tmp_path / "proc"
+    (root / "4242").mkdir(parents=True)
+    (root / "4242" / "stat").write_bytes(b"4242 (python) S 1 4242 4242")
+    (root / "4242" / "environ").write_bytes(b"")
+    (tmp_path / "job.json").write_text(json.dumps({"job_id": "j1", "watch_pid": 4242}))
+    sent = []
+    monkeypatch.setattr(sup.os, "kill", lambda pid, sig: sent.append((pid, sig)))
+    timer = threading.Timer(0.2, lambda: (root / "4242" / "environ").write_bytes(b"PATH=/bin\0MULTINODE_TRAINING_WATCH=j1\0"))
+    timer.start()
+    try:
+        assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=5.0) == 4242
+    finally:
+        timer.cancel()
+    assert sent == [(4242, w.WAKE_SIGNAL)]
+    assert sup.wake_watcher(str(tmp_path), "j2", proc=str(root)) is None
+    (root / "4242" / "environ").write_bytes(b"")
+    assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=0.3) is None
+    (root / "4242" / "stat").write_bytes(b"4242 (python) Z 1 4242 4242")  # gone: not waited for
+    (root / "4242" / "environ").write_bytes(b"MULTINODE_TRAINING_WATCH=j1\0")
+    assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=60) is None
+    assert sent == [(4242, w.WAKE_SIGNAL)]
+
+
+def test_local_succeeded_lines_are_torchruns():
+    """The watcher (shipped alone) and _torchrun (shipped alone to Slurm nodes) read the same lines."""
+    from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _torchrun
+
+    assert w.LOCAL_SUCCEEDED == _torchrun.LOCAL_SUCCEEDED
+
+
+def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_path):
+    """mt_watch.py, mt_rank.py and supervisor.py run from the job directory; _node/torchrun.py and
+    supervisor.py run beside slurm_node.py on Slurm nodes: each must import on its own, in an
+    isolated python (-I: no site-packages, no ansible) with only its own directory on the path."""
+    import shutil
+    import subprocess
+    import sys
+
+    from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _torchrun
+    from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap
+    from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as _torchrun_supervisor
+
+    for module in (w, _torchrun, rankwrap, _torchrun_supervisor):
+        alone = tmp_path / module.__name__.rsplit(".", 1)[1]
+        alone.mkdir()
+        shutil.copy(module.__file__, str(alone / "shipped.py"))
+        done = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, %r); import shipped" % str(alone)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        assert done.returncode == 0, (module.__name__, done.stdout.decode())
+
+
+def _light_job(tmp_path, log="I agent started\n"):
+    (tmp_path / "job.json").write_text(json.dumps({"job_id": "job-1", "pid": os.getpid(), "start": 100.0,
+                                                   "timeout": 0}))
+    (tmp_path / "watch.json").write_text(json.dumps({"lease": 60}))
+    (tmp_path / "lease").write_text("")
+    (tmp_path / "torchrun.log").write_text(log)
+    return str(tmp_path)
+
+
+def test_needs_module_says_why(tmp_path):
+    job_dir = _light_job(tmp_path)
+    job = json.loads((tmp_path / "job.json").read_text())
+    assert w.needs_module(job_dir, job, 101.0) is None
+    assert w.needs_module(job_dir, dict(job, pid=2 ** 22 + 7), 101.0) == "supervisor gone"
+    assert w.needs_module(job_dir, dict(job, timeout=10, stop_grace=5), 146.0) == "deadline"
+    assert w.needs_module(job_dir, dict(job, timeout=10, stop_grace=5), 144.0) is None
+    (tmp_path / "torchrun.log").write_text("I ... [default] worker group successfully finished. Waiting\n")
+    assert w.needs_module(job_dir, job, 101.0) == "workers succeeded"
+    (tmp_path / "result.json").write_text("{}")
+    assert w.needs_module(job_dir, job, 101.0) == "ended"
+
+
+def test_needs_module_reads_the_log_again_only_when_it_changed(tmp_path, monkeypatch):
+    job_dir = _light_job(tmp_path)
+    job = json.loads((tmp_path / "job.json").read_text())
+    reads = []
+    real = w.read_tail
+    monkeypatch.setattr(w, "read_tail", lambda path, size=16384: reads.append(path) or real(path, size))
+    seen = {}
+    for _check in range(5):
+        assert w.needs_module(job_dir, job, 101.0, seen=seen) is None
+    assert len(reads) == 1
+    with open(os.path.join(job_dir, "torchrun.log"), "a") as handle:
+        handle.write("I ... Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds\n")
+    assert w.needs_module(job_dir, job, 101.0, seen=seen) == "workers succeeded"
+    assert len(reads) == 2
+    # without ``seen`` (the module's own checks), every call reads the log
+    assert w.needs_module(job_dir, job, 101.0) == "workers succeeded"
+    assert len(reads) == 3
+
+
+def test_follow_light_waits_the_window_then_reports_progress(tmp_path):
+    job_dir = _light_job(tmp_path)
+    os.utime(os.path.join(job_dir, "lease"), (1, 1))
+    clock = [1000.0]
+    naps = []
+
+    def sleep(seconds):
+        naps.append(seconds)
+        clock[0] += seconds
+
+    out = w.follow_light(job_dir, 2.0, clock=lambda: clock[0], sleep=sleep)
+    assert out["attention"] is None and out["done"] is False
+    assert abs(sum(naps) - 2.0) < 1e-6 and max(naps) <= 0.1 + 1e-9
+    assert os.path.getmtime(os.path.join(job_dir, "lease")) > 1
+    assert out["progress"].startswith("job-1: running, 0 rank(s) running")
+
+
+def test_follow_light_returns_when_the_workers_succeed_mid_window(tmp_path):
+    job_dir = _light_job(tmp_path)
+    clock = [1000.0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+        if clock[0] > 1000.55:
+            with open(os.path.join(job_dir, "torchrun.log"), "a") as handle:
+                handle.write("I ... [default] worker group successfully finished. Waiting 300 seconds\n")
+
+    out = w.follow_light(job_dir, 10.0, clock=lambda: clock[0], sleep=sleep)
+    assert out["attention"] == "workers succeeded"
+    assert clock[0] < 1000.8
+
+
+def test_follow_light_without_a_job(tmp_path):
+    assert w.follow_light(str(tmp_path), 1.0)["attention"].startswith("no job.json in ")
+
+
+def _hub_answering(stop):
+    """A stand-in hub on 127.0.0.1: answers every report with ``stop``; -> (port, reports, server)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    reports = []
+
+    def serve():
+        conn, _addr = server.accept()
+        with conn, conn.makefile("rb") as reader:
+            for raw in reader:
+                reports.append(json.loads(raw.decode("utf-8")))
+                conn.sendall((json.dumps({"stop": stop, "restart": None}) + "\n").encode("utf-8"))
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server.getsockname()[1], reports, server
+
+
+@pytest.mark.parametrize("hub_stop, expected", [
+    ({"reason": "lease"}, "lease"),  # the hub stopped first: this node's killed ranks are its consequence
+    (None, "failure"),  # the hub has decided nothing: this node's failure stops its job
+])
+def test_a_node_takes_the_hubs_stop_before_its_own_killed_ranks(tmp_path, hub_stop, expected):
+    """Issue 28 (resilience (e), 2 of 5 runs): the first node's lease ran out, its torchrun took the
+    rendezvous store along, and another node's torchrun killed that node's ranks just before its own
+    lease ran out: its watcher recorded 'rank R killed by a signal' as the cause. A node reports to the
+    hub first and takes a stop the hub already decided; its own failure stops the job only when none was."""
+    port, reports, server = _hub_answering(hub_stop)
+    job_dir = _job_dir(tmp_path, "order-unit", hub=False, node="node2", nodes=["node1", "node2"], lease=0,
+                       hub_addr="127.0.0.1", port=port, token="t")
+    watcher = w.Watcher(str(job_dir))
+    killed = {"kind": "rank", "rank": 2, "local_rank": 0, "exitcode": -9, "node": "node2", "time": 1.0,
+              "message": "killed by a signal (SIGKILL, OOM kill?) without an exit record"}
+    states = iter([{"node": "node2", "state": "running", "failure": killed, "running": 0, "restarts": 0, "ranks": []},
+                   {"node": "node2", "state": "stopped", "failure": killed, "running": 0, "restarts": 0, "ranks": []}])
+    watcher.local_state = lambda: next(states)
+    watcher.kill_local = lambda workers_only=False: None
+    watcher.nap = lambda: None
+    try:
+        assert watcher.run() == 0
+    finally:
+        server.close()
+    assert watcher.stop["reason"] == expected
+    assert reports[0]["failure"] == killed  # the hub hears of the failure either way

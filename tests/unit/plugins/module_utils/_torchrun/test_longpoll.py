@@ -1,0 +1,499 @@
+"""Unit tests for the followed wait (issue 8: a launch that adds seconds): the node-side long poll
+(_torchrun.job.follow_until), its window (_node.watch.follow_window, _torchrun.follow.next_window), the
+job directory packed into the finished result and unpacked on the controller
+(_torchrun.collect.pack_job_dir / unpack_job_archive). On recorded job directories and real
+supervisor processes.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import stat
+import sys
+import tarfile
+import threading
+import time
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import collect as col
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
+from ansible_collections.multinode.training.plugins.module_utils._node import watch
+from tests.unit.plugins.module_utils._torchrun.test_job import _start_supervisor, _visible, job_copy
+
+
+# ------------------------------------------------------------------ windows
+
+@pytest.mark.parametrize("requested, lease, expected", [
+    (15, 60, 15.0),      # the progress interval, well within the lease
+    (15, 20, 20 / 3.0),  # at most a third of the lease: renewed at least three times per lease
+    (5, 0, 5.0),         # no lease (detached job): as asked
+    (0, 60, 0.5),        # never a busy loop
+])
+def test_follow_window(requested, lease, expected):
+    assert watch.follow_window(requested, lease) == pytest.approx(expected)
+
+
+def test_next_window_first_call_is_short_then_up_to_the_next_line():
+    assert fol.next_window(100.0, 100.0, 10, first=True) == 1.0
+    assert fol.next_window(100.0, 115.0, 10) == 10.0    # capped: the controller's death is seen within it
+    assert fol.next_window(100.0, 104.0, 10) == 4.0     # ends at the next progress line
+    assert fol.next_window(100.0, 99.0, 10) == 1.0      # overdue line: at least 1 s
+
+
+def test_job_done_needs_the_result_and_a_final_watcher(tmp_path):
+    ended = {"end": 100.0}
+    assert not watch.job_done({}, None, {"final": True}, 101.0)
+    assert watch.job_done({}, ended, {"final": True}, 101.0)
+    # the watcher (no watch_pid: not alive) is gone
+    assert watch.job_done({}, ended, {}, 101.0)
+    # a watcher still running (its marker in /proc/<pid>/environ), not final: done only 30 s after the end
+    proc = tmp_path / "proc" / "4242"
+    proc.mkdir(parents=True)
+    (proc / "environ").write_bytes(b"PATH=/bin\0MULTINODE_TRAINING_WATCH=x\0")
+    watching = {"watch_pid": 4242, "job_id": "x"}
+    assert not watch.job_done(watching, ended, {}, 101.0, proc=str(tmp_path / "proc"))
+    assert watch.job_done(watching, ended, {}, 131.0, proc=str(tmp_path / "proc"))
+
+
+# ------------------------------------------------------------------ the long poll
+
+def test_follow_until_returns_at_once_for_an_ended_job(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    job = col.read_json(os.path.join(job_dir, "job.json"))
+    began = time.time()
+    assert job_mod.follow_until(job["job_id"], job_dir, job, 30, 3600, 15, 30) == (True, False, False)
+    assert time.time() - began < 1
+
+
+def test_follow_until_times_out_while_the_job_runs_then_sees_its_end_within_a_poll(tmp_path):
+    job_dir = str(tmp_path / "run")
+    os.makedirs(job_dir)
+    job_id = "poll-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(4)"])
+    try:
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
+        began = time.time()
+        # still running: the window (1 s) ends the call
+        assert job_mod.follow_until(job_id, job_dir, job, 1.0, 0, 1, 30) == (False, False, False)
+        assert 0.9 < time.time() - began < 3
+        # the job ends (about 4 s in): the next long poll returns as soon as result.json is there
+        assert job_mod.follow_until(job_id, job_dir, job, 30, 0, 1, 30) == (True, False, False)
+        ended = col.read_json(os.path.join(job_dir, "result.json"))
+        assert ended["rc"] == 0
+        assert time.time() - ended["end"] < 1.0
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+        popen.wait(timeout=20)
+
+
+def test_follow_until_abandons_the_exit_barrier(tmp_path):
+    """The node's ranks succeeded (torchrun.log says so) and the log has been quiet for longer than
+    barrier_grace: the job is stopped and the node reports an abandoned barrier."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    os.remove(os.path.join(job_dir, "result.json"))
+    job_id = "fbarrier-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
+        log = os.path.join(job_dir, "torchrun.log")
+        os.utime(log, (time.time() - 5, time.time() - 5))
+        assert job_mod.follow_until(job_id, job_dir, job, 10, 0, 1, 2, poll=0.1, check_every=0.2) == \
+            (True, False, True)
+        popen.wait(timeout=20)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+    assert sup.find_job_processes(job_id) == []
+
+
+def test_follow_until_gives_up_after_the_deadline(tmp_path):
+    job_dir = str(tmp_path / "late")
+    os.makedirs(job_dir)
+    job_id = "flate-%d" % os.getpid()
+    popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        _visible(popen, job_id, job_dir)
+        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
+        assert job_mod.follow_until(job_id, job_dir, job, 10, 1, 1, 30, poll=0.1) == (True, True, False)
+        popen.wait(timeout=20)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+    assert sup.find_job_processes(job_id) == []
+
+
+def test_follow_until_a_global_stop_ends_the_poll_within_a_second(tmp_path):
+    """The watchers stop the job (another node failed): the supervisor records the end, the watcher
+    state turns final; the long poll returns within its poll interval, not at the window's end."""
+    job_dir = str(tmp_path / "stop")
+    os.makedirs(job_dir)
+    job = {"job_id": "stop-1", "pid": None, "start": time.time()}
+
+    def stop_later():
+        time.sleep(0.8)
+        with open(os.path.join(job_dir, "result.json"), "w") as handle:
+            json.dump({"rc": -15, "start": job["start"], "end": time.time(), "stopped": True}, handle)
+        with open(os.path.join(job_dir, "watch_state.json"), "w") as handle:
+            json.dump({"final": True, "stop_line": "rank 3 on node2 failed"}, handle)
+
+    thread = threading.Thread(target=stop_later)
+    # a supervisor pid that is alive keeps the liveness check quiet: this process's own
+    job["pid"] = os.getpid()
+    thread.start()
+    began = time.time()
+    try:
+        assert job_mod.follow_until("stop-1", job_dir, job, 20, 0, 1, 30,
+                                    check_every=100)[0] is True
+    finally:
+        thread.join()
+    assert time.time() - began < 2
+
+
+# ------------------------------------------------------------------ the logs home
+
+def test_pack_inline_then_unpack_strips_the_top_directory(tmp_path):
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "x.tgz"))
+    assert packed["path"] is None and not os.path.exists(str(tmp_path / "x.tgz"))
+    dest = str(tmp_path / "runs" / "job" / "node1")
+    count = col.unpack_job_archive(base64.b64decode(packed["inline"]), dest)
+    mine = sorted(os.path.relpath(os.path.join(r, f), job_dir) for r, _d, fs in os.walk(job_dir) for f in fs)
+    theirs = sorted(os.path.relpath(os.path.join(r, f), dest) for r, _d, fs in os.walk(dest) for f in fs)
+    assert mine == theirs and count == len(mine)
+    assert os.stat(dest).st_mode & 0o777 == 0o700
+    with open(os.path.join(dest, "result.json")) as a, open(os.path.join(job_dir, "result.json")) as b:
+        assert a.read() == b.read()
+
+
+def test_pack_big_archive_goes_to_a_private_directory_of_its_own(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    path = str(tmp_path / "logs" / "big.tgz")  # the log directory: not written
+    packed = col.pack_job_dir(job_dir, path, inline_max=10, spool=str(spool))
+    assert packed["inline"] is None and not os.path.exists(path)
+    assert os.path.dirname(packed["path"]) == packed["remove"]
+    assert os.path.dirname(packed["remove"]) == str(spool) and os.path.basename(packed["path"]) == "big.tgz"
+    assert os.stat(packed["remove"]).st_mode & 0o777 == 0o700
+    assert os.stat(packed["path"]).st_mode & 0o777 == 0o600
+    with open(packed["path"], "rb") as handle:
+        assert col.unpack_job_archive(handle.read(), str(tmp_path / "out")) > 3
+    again = col.pack_job_dir(job_dir, path, inline_max=10, spool=str(spool))
+    assert again["remove"] != packed["remove"]  # a new directory each time, nothing reused
+
+
+def test_a_big_archive_is_not_left_in_the_log_directory_the_account_owns(tmp_path):
+    """The archive's name lies in the job account's log directory, which the account may change
+    between the pack and the controller's fetch by name: what it planted there (a link to a file
+    of root's) is neither written through nor where the archive goes."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    victim = tmp_path / "shadow"
+    victim.write_text("root:secret\n")
+    path = str(tmp_path / "big.tgz")
+    os.symlink(str(victim), path)
+    packed = col.pack_job_dir(job_dir, path, inline_max=10, spool=str(tmp_path))
+    assert os.path.islink(path) and victim.read_text() == "root:secret\n"
+    assert packed["path"] != path and os.path.realpath(packed["path"]) == packed["path"]
+
+
+def test_a_big_archive_spools_to_var_tmp_by_default(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "big.tgz"), inline_max=10)
+    try:
+        assert os.path.dirname(packed["remove"]) == "/var/tmp"
+        assert os.path.basename(packed["remove"]).startswith("multinode-training-logs-")
+    finally:
+        shutil.rmtree(packed["remove"])
+
+
+def _archived(packed):
+    """name -> content (None for a directory) of an inline archive."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(packed["inline"])), mode="r:gz") as archive:
+        for member in archive.getmembers():
+            handle = archive.extractfile(member) if member.isfile() else None
+            out[member.name] = handle.read() if handle else None
+    return out
+
+
+def _plant(tmp_path):
+    victim = tmp_path / "root-only"
+    victim.mkdir()
+    (victim / "stdout.log").write_text("root:secret\n" * 10000)
+    (victim / "shadow").write_text("root:secret\n")
+    return victim
+
+
+def test_pack_reads_no_file_and_enters_no_directory_through_a_link(tmp_path):
+    """The job's account writes its job directory: a link it puts there (to a file or a directory
+    of root's) is not archived, nor is what it points to."""
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    victim = _plant(tmp_path)
+    os.symlink(str(victim / "shadow"), os.path.join(job_dir, "planted.json"))
+    os.symlink(str(victim), os.path.join(job_dir, "elsewhere"))
+    top = os.path.basename(job_dir)
+    got = _archived(col.pack_job_dir(job_dir, str(tmp_path / "x.tgz")))
+    assert all(b"root:secret" not in (data or b"") for data in got.values())
+    assert top + "/planted.json" not in got and not any("elsewhere" in name for name in got)
+    assert got[top] is None and got[top + "/result.json"] == open(os.path.join(job_dir, "result.json"), "rb").read()
+
+
+def test_pack_never_follows_a_file_swapped_for_a_link_after_it_was_looked_at(tmp_path, monkeypatch):
+    """Each regular log file, once looked at (an lstat of its path, as tarfile's ``add`` makes, or
+    the listing of its directory), becomes a link to a file of root's before it is read: the packer
+    reads nothing through it (tarfile's ``add`` archived the link's target under the file's name)."""
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    victim = _plant(tmp_path)
+    swapped = []
+
+    real_lstat, real_scandir = os.lstat, os.scandir
+
+    def swap(path):
+        if path.endswith(".log") and stat.S_ISREG(real_lstat(path).st_mode):
+            os.unlink(path)
+            os.symlink(str(victim / "stdout.log"), path)
+            swapped.append(path)
+
+    def lstat(path, *args, **kwargs):
+        result = real_lstat(path, *args, **kwargs)
+        if isinstance(path, str) and path.startswith(job_dir):
+            swap(path)
+        return result
+
+    def scandir(target="."):
+        with real_scandir(target) as listing:
+            entries = list(listing)
+        where = os.readlink("/proc/self/fd/%d" % target) if isinstance(target, int) else target
+        for entry in entries:
+            if entry.is_file(follow_symlinks=False):
+                swap(os.path.join(where, entry.name))
+        return iter(entries)
+
+    monkeypatch.setattr(os, "lstat", lstat)
+    monkeypatch.setattr(os, "scandir", scandir)
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "x.tgz"))
+    monkeypatch.undo()
+    got = _archived(packed)
+    assert len(swapped) == 5  # the two ranks' stdout.log and stderr.log, torchrun.log
+    assert all(b"root:secret" not in (data or b"") for data in got.values())
+    assert os.path.basename(job_dir) + "/result.json" in got
+
+
+def test_pack_refuses_a_job_directory_that_is_a_link(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    link = str(tmp_path / "swapped")
+    os.symlink(job_dir, link)
+    with pytest.raises(OSError):
+        col.pack_job_dir(link, str(tmp_path / "x.tgz"))
+
+
+def test_unpack_skips_members_that_leave_the_destination(tmp_path):
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name in ("job/ok.txt", "job/../../evil.txt", "/abs/evil.txt"):
+            info = tarfile.TarInfo(name)
+            info.size = 2
+            archive.addfile(info, io.BytesIO(b"hi"))
+        link = tarfile.TarInfo("job/link")
+        link.type = tarfile.SYMTYPE
+        link.linkname = "/etc/passwd"
+        archive.addfile(link)
+    dest = str(tmp_path / "dest")
+    assert col.unpack_job_archive(buffer.getvalue(), dest) == 1
+    assert os.listdir(dest) == ["ok.txt"]
+    assert not os.path.exists(str(tmp_path / "evil.txt"))
+
+
+def test_follow_until_takes_the_supervisor_for_gone_only_after_repeated_misses(tmp_path, monkeypatch):
+    """One /proc read that misses the supervisor (a transient failure under load) does not end the
+    wait of a running job; three misses in a row without a result do."""
+    job_dir = str(tmp_path / "flaky")
+    os.makedirs(job_dir)
+    answers = iter([False, True, False, True, True])
+    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: next(answers, True))
+    job = {"job_id": "flaky", "pid": 1, "start": time.time()}
+    assert job_mod.follow_until("flaky", job_dir, job, 1.0, 0, 1, 30, poll=0.05, check_every=0.1) == \
+        (False, False, False)
+    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: False)
+    began = time.time()
+    assert job_mod.follow_until("flaky", job_dir, job, 10, 0, 1, 30, poll=0.05, check_every=0.1) == \
+        (True, False, False)
+    assert time.time() - began < 2
+
+
+# ------------------------------------------------------------------ the controller's cheap poll (mt_watch.py follow)
+
+def _follow_cli(job_dir, window):
+    """``mt_watch.py follow`` as the action runs it on the node: the watcher file, its own process."""
+    import subprocess
+
+    # as the controller runs it: the job directory's watcher file, through the loader
+    shutil.copy(watch.__file__, os.path.join(job_dir, fol.WATCHER))
+    out = subprocess.run(fol.light_poll_argv(sys.executable, job_dir) + [str(window)], check=True,
+                         stdout=subprocess.PIPE, timeout=60).stdout.decode()
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_light_follow_waits_the_window_renews_the_lease_and_reports_progress(tmp_path):
+    """A running job (a live supervisor, no result): the poll lasts its window, touches the lease and
+    answers the same progress line as the module's status, with no reason for the module to look."""
+    job_dir = job_copy(tmp_path, "ok_1node")
+    os.remove(os.path.join(job_dir, "result.json"))
+    log = os.path.join(job_dir, "torchrun.log")
+    with open(log, "w") as handle:  # torchrun still runs: its log does not say the workers finished
+        handle.write("I1121 rendezvous complete\n")
+    job_id = "light-%d" % os.getpid()
+    os.makedirs(job_dir + "-sup")
+    popen = _start_supervisor(job_dir + "-sup", job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        job = col.read_json(os.path.join(job_dir, "job.json"))
+        job.update(pid=popen.pid, start=time.time() - 3, timeout=0)
+        with open(os.path.join(job_dir, "job.json"), "w") as handle:
+            json.dump(job, handle)
+        lease = os.path.join(job_dir, "lease")
+        with open(lease, "w"):
+            pass
+        os.utime(lease, (time.time() - 50, time.time() - 50))
+        began = time.time()
+        out = _follow_cli(job_dir, 1.0)
+        took = time.time() - began
+        assert 0.9 < took < 5, took
+        assert out["attention"] is None and out["done"] is False
+        assert time.time() - os.path.getmtime(lease) < 10
+        # the module's status line for the same moment
+        assert out["progress"] == fol.status(job["job_id"], job_dir, job, renew=False,
+                                             now=job["start"] + out["elapsed"])["progress"]
+        assert out["progress"].startswith(job["job_id"] + ": running, ")
+    finally:
+        os.killpg(popen.pid, 9)
+        popen.wait(timeout=20)
+
+
+@pytest.mark.parametrize("case, expected", [
+    ("ended", "ended"),                  # result.json: the module finishes
+    ("supervisor", "supervisor gone"),   # no result and no supervisor: the module decides
+    ("deadline", "deadline"),            # past timeout + grace + 30 s: the module stops the job
+    ("barrier", "workers succeeded"),    # this node's workers are done: the module watches the barrier
+])
+def test_light_follow_hands_over_to_the_module_at_once(tmp_path, case, expected):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    job = col.read_json(os.path.join(job_dir, "job.json"))
+    job.update(pid=os.getpid(), start=time.time(), timeout=0)
+    log = os.path.join(job_dir, "torchrun.log")
+    if case != "ended":
+        os.remove(os.path.join(job_dir, "result.json"))
+    if case != "barrier":
+        with open(log, "w") as handle:
+            handle.write("I1121 rendezvous complete\n")
+    if case == "supervisor":
+        job["pid"] = 2 ** 22 + 7  # above pid_max: no such process
+    if case == "deadline":
+        job.update(timeout=5, stop_grace=1, start=time.time() - 100)
+    with open(os.path.join(job_dir, "job.json"), "w") as handle:
+        json.dump(job, handle)
+    began = time.time()
+    out = _follow_cli(job_dir, 20)
+    assert out["attention"] == expected
+    assert time.time() - began < 5
+
+
+def test_light_follow_without_a_job_asks_for_the_module(tmp_path):
+    out = _follow_cli(str(tmp_path), 5)
+    assert out["attention"].startswith("no job.json")
+
+
+def test_stop_watcher_kills_only_this_jobs_watcher():
+    """state=stopped ends the job's watcher: the pid of job.json is killed only while it carries this
+    job's watcher marker (a reused pid, another job's watcher are left alone)."""
+    import subprocess
+
+    env = dict(os.environ, MULTINODE_TRAINING_WATCH="job-a")
+    watcher = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        time.sleep(0.3)
+        assert fol.stop_watcher({"job_id": "job-b", "watch_pid": watcher.pid}) is None
+        assert fol.stop_watcher({"job_id": "job-a", "watch_pid": other.pid}) is None
+        assert fol.stop_watcher({"job_id": "job-a"}) is None
+        assert watcher.poll() is None and other.poll() is None
+        assert fol.stop_watcher({"job_id": "job-a", "watch_pid": watcher.pid}) == watcher.pid
+        assert watcher.wait(timeout=10) == -9
+    finally:
+        for proc in (watcher, other):
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------------ the light poll's loader
+
+SYSTEM_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+_WHO = "import json, os, sys; print(json.dumps([os.geteuid(), os.getegid(), os.getgroups(), sys.argv, sys.path]))"
+
+
+def _loader(path, *args, **kwargs):
+    import subprocess
+
+    # the system's python, as on a node (this venv's lies under root's home, closed to other users)
+    argv = [SYSTEM_PYTHON, "-I", "-c", fol.LIGHT_LOADER, path] + list(args)
+    return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60, check=False, **kwargs)
+
+
+def _script(directory, owner, mode=0o640, name=fol.WATCHER):
+    path = os.path.join(directory, name)
+    with open(path, "w") as handle:
+        handle.write(_WHO + "\n")
+    os.chmod(path, mode)
+    os.chown(path, owner, owner)
+    return path
+
+
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching users needs root (CI runs as root)")
+
+
+@root_only
+def test_the_loader_runs_the_account_s_file_with_the_account_s_rights_not_root_s(shared_dir):
+    """The job's account owns the job directory: its watcher file (which it could have replaced) runs
+    as that account, without root's groups, and neither its directory nor the current one is on the path
+    (a json.py planted beside it is not imported)."""
+    path = _script(shared_dir, 65534)
+    with open(os.path.join(shared_dir, "json.py"), "w") as handle:
+        handle.write("raise SystemExit('planted json imported')\n")
+    done = _loader(path, "follow", shared_dir, "1.0", cwd=shared_dir)
+    assert done.returncode == 0, done.stderr
+    euid, egid, groups, argv, path_list = json.loads(done.stdout.decode())
+    assert (euid, egid, groups) == (65534, 65534, [])
+    assert argv == [path, "follow", shared_dir, "1.0"]
+    assert shared_dir not in path_list and "" not in path_list
+
+
+@root_only
+def test_the_loader_runs_root_s_own_file_as_root(shared_dir):
+    done = _loader(_script(shared_dir, 0), "follow")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.decode())[0] == 0
+
+
+@root_only
+@pytest.mark.parametrize("case", ["link", "hard link", "writable by others", "another user's file"])
+def test_the_loader_refuses_what_could_run_someone_else_s_code(shared_dir, case):
+    if case in ("link", "hard link"):
+        target = _script(shared_dir, 0, name="elsewhere.py")
+        path = os.path.join(shared_dir, fol.WATCHER)
+        (os.symlink if case == "link" else os.link)(target, path)
+        done = _loader(path)
+    elif case == "writable by others":
+        done = _loader(_script(shared_dir, 0, mode=0o666))
+    else:  # a user other than root meets a third user's file
+        path = _script(shared_dir, 65533)
+        done = _loader(path, preexec_fn=lambda: (os.setgroups([]), os.setgid(65534), os.setuid(65534)))
+    assert done.returncode == 3, (done.returncode, done.stdout, done.stderr)
+    assert done.stdout == b""
+    assert b"refused " in done.stderr

@@ -1,0 +1,133 @@
+"""Unit tests for module node_facts (plugins/module_utils/_train/node_facts.py): the facts train.yml reads,
+built from ``ip -j`` output, must equal what ``setup`` (gather_subset network, user) gathers.
+
+tests/fixtures/facts/netns/ was recorded in one network namespace holding veth interfaces named
+eth0.100 (two IPv4 addresses: a primary and a secondary), ib-0, ib0, bond0, ens1f0 (IPv6 only) and
+their peers p1-p5, with a default route through bond0: ``ip -j -d addr show`` (ip_addr.json), ``ip -j
+-4 route get 8.8.8.8`` (route4.json; the IPv6 one failed: no route), and ansible-core 2.19's setup
+there (setup.json: its network and user facts).
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils._nccl import interfaces as _interfaces
+from ansible_collections.multinode.training.plugins.module_utils._train import node_facts as nf
+
+NETNS = os.path.join(os.path.dirname(__file__), "..", "..", "..", "..", "fixtures", "facts", "netns")
+
+
+def _read(name):
+    with open(os.path.join(NETNS, name)) as handle:
+        return handle.read()
+
+
+@pytest.fixture(name="facts")
+def _facts():
+    return nf.network_facts(_read("ip_addr.json"), _read("route4.json"), None)
+
+
+def test_every_network_fact_equals_setups_but_the_link_speed(facts):
+    setup = json.loads(_read("setup.json"))
+    for key, value in facts.items():
+        if key in ("ansible_interfaces", "ansible_all_ipv4_addresses", "ansible_all_ipv6_addresses"):
+            assert sorted(value) == sorted(setup[key]), key
+        elif isinstance(value, dict) and "device" in value:
+            assert value == {k: v for k, v in setup[key].items() if k != "speed"}, key
+        else:
+            assert value == setup[key], key
+    # every interface setup found is here, under the same fact key
+    assert {k for k in setup if not k.startswith(("ansible_user", "ansible_real", "ansible_effective"))} == set(facts)
+
+
+def test_the_interface_rule_finds_vlan_bond_ib_names_in_these_facts(facts):
+    """The one interface rule (_interfaces) reads these facts as it reads setup's."""
+    assert _interfaces.interface_address(facts, "eth0.100") == "10.10.0.5"
+    assert _interfaces.interface_address(facts, "ib-0") == "10.20.0.7"
+    assert _interfaces.interface_address(facts, "ib0") == "10.30.0.8"
+    assert _interfaces.interface_address(facts, "bond0") == "192.168.50.2"
+    assert _interfaces.interface_address(facts, "bond0", 6) == "2001:db8::7"
+    assert _interfaces.interface_address(facts, "ens1f0", 6) == "fd00::5"
+    assert _interfaces.interface_address(facts, "ens1f0") == ""
+    assert _interfaces.interfaces_with_address(facts, "10.10.0.6") == ["eth0.100"]  # the secondary
+
+
+def test_default_route_and_no_ipv6_route(facts):
+    assert facts["ansible_default_ipv4"]["interface"] == "bond0"
+    assert facts["ansible_default_ipv4"]["gateway"] == "192.168.0.1"
+    assert facts["ansible_default_ipv4"]["netmask"] == "255.255.0.0"
+    assert facts["ansible_default_ipv6"] == {}
+
+
+def test_loopback_is_not_in_all_addresses(facts):
+    assert "127.0.0.1" not in facts["ansible_all_ipv4_addresses"]
+    assert "::1" not in facts["ansible_all_ipv6_addresses"]
+    assert facts["ansible_lo"]["type"] == "loopback" and "macaddress" not in facts["ansible_lo"]
+
+
+def test_bond_and_bridge_kinds_name_the_type():
+    link = {"ifname": "bond0", "flags": ["UP"], "mtu": 9000, "link_type": "ether", "address": "aa:bb:cc:dd:ee:ff",
+            "linkinfo": {"info_kind": "bond"}, "addr_info": []}
+    assert nf.interface_facts(link)[1]["type"] == "bonding"
+    link["linkinfo"]["info_kind"] = "bridge"
+    assert nf.interface_facts(link)[1]["type"] == "bridge"
+    link = {"ifname": "ib0", "flags": [], "mtu": 2044, "link_type": "infiniband", "address": "00:00:10:29", "addr_info": []}
+    assert nf.interface_facts(link)[1] == {"device": "ib0", "active": False, "mtu": 2044, "promisc": False,
+                                           "type": "infiniband", "macaddress": "00:00:10:29"}
+
+
+@pytest.mark.parametrize("text", ["", "not json", "{}", "[1]", '[{"flags": []}]'])
+def test_output_that_cannot_be_read_is_refused(text):
+    with pytest.raises(nf.NodeFactsError):
+        nf.network_facts(text)
+
+
+def test_user_facts_are_this_process():
+    facts = nf.user_facts()
+    assert facts["ansible_effective_user_id"] == os.geteuid() and facts["ansible_real_group_id"] == os.getgid()
+    assert facts["ansible_user_id"]
+
+
+# ------------------------------------------------------------------ the action's one shell command
+
+def test_the_action_script_output_gives_the_same_facts(facts):
+    """raw_output.txt: _train.node_facts.SCRIPT run in the same namespace as root (no route for IPv6)."""
+    raw = nf.raw_facts(_read("raw_output.txt"))
+    assert {k: v for k, v in raw.items() if k in facts} == facts
+    assert raw["ansible_user_id"] == "root" and raw["ansible_user_uid"] == 0 and raw["ansible_user_dir"] == "/root"
+    assert raw["ansible_effective_user_id"] == 0 and raw["ansible_user_shell"] == "/bin/bash"
+
+
+def test_the_script_holds_no_value_of_the_play():
+    """A static command: the same text whatever the inventory says (nothing interpolated)."""
+    assert "{{" not in nf.SCRIPT and "%" not in nf.SCRIPT.replace("%s", "")
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda text: text.replace(nf.MARK + " 0", nf.MARK + " 127", 1), "exited 127"),   # no ip
+    (lambda text: text.split(nf.MARK)[0], "sections"),                                  # cut short
+    (lambda text: text.replace("root:x:0:0:root:/root:/bin/bash", ""), "passwd"),       # no passwd entry
+    (lambda text: text.replace("\n0\n0\n", "\nx\n0\n", 1), "not numbers"),
+])
+def test_output_the_action_cannot_read_sends_it_to_the_module(mutate, message):
+    with pytest.raises(nf.NodeFactsError, match=message):
+        nf.raw_facts(mutate(_read("raw_output.txt")))
+
+
+def test_the_script_on_this_machine_gives_what_the_module_code_gives():
+    """The script run here, parsed, equals the module's own code (network_facts + user_facts) here."""
+    import subprocess
+
+    out = subprocess.run(["/bin/sh", "-c", nf.SCRIPT], stdout=subprocess.PIPE, check=True).stdout.decode()
+    addr = subprocess.run(["ip", "-j", "-d", "addr", "show"], stdout=subprocess.PIPE, check=True).stdout.decode()
+    route = subprocess.run(["ip", "-j", "-4", "route", "get", "8.8.8.8"], stdout=subprocess.PIPE,
+                           check=False).stdout.decode()
+    raw = nf.raw_facts(out)
+    expected = nf.network_facts(addr, route or None, None)
+    expected.update(nf.user_facts())
+    for key in ("ansible_interfaces", "ansible_default_ipv4", "ansible_user_id", "ansible_user_uid",
+                "ansible_effective_user_id", "ansible_all_ipv4_addresses"):
+        assert raw[key] == expected[key], key
