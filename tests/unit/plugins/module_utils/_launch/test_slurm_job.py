@@ -1,5 +1,5 @@
 """slurm_job's reading of a finished job: every node's directory through the torchrun module's code
-(module_utils/_torchrun/collect.py), then one root cause across the nodes.
+(_torchrun/collect.py), then one root cause across the nodes.
 
 The node directories are laid out as slurm_node.py leaves them on the shared storage, holding the
 two recorded torchrun agent logs of tests/fixtures/torchrun (a 4-rank job, rank 3 failing at step 2;
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 
-from ansible_collections.multinode.training.plugins.modules import slurm_job
+from ansible_collections.multinode.training.plugins.module_utils._launch import slurm_job
 from tests.unit.conftest import FIXTURES
 
 
@@ -58,3 +58,25 @@ def test_results_report_the_preflight_when_no_rank_ran(tmp_path):
                             {"state": "FAILED", "nodes": "n[1-2]"}, time.time())
     assert out["job_failed"] is True
     assert out["root_cause_line"] == "preflight: n2: train_python=/x/bin/python is missing"
+
+
+def test_a_job_no_rank_reported_is_explained_by_srun_then_by_slurms_state():
+    batch = "srun: error: n2: task 1: Exited with exit code 3\nsrun: error: n1: task 0: Killed\n"
+    assert slurm_job.root_cause_line(None, {}, batch, "FAILED", None) == \
+        "n2: task 1 Exited with exit code 3; n1: task 0 Killed"
+    assert slurm_job.root_cause_line(None, {}, "", "TIMEOUT", {"reason": "TimeLimit"}) == \
+        "Slurm job state TIMEOUT (TimeLimit)"
+    assert slurm_job.root_cause_line(None, {}, "", "NODE_FAIL", {}) == "Slurm job state NODE_FAIL"
+
+
+def test_summary_lines_name_every_node_of_the_allocation_and_the_root_cause():
+    out = {"nodes": ["n1", "n2"], "state": "FAILED", "world_size": None,
+           "node_results": {"n1": {"rc": 1, "duration": 2.5, "ranks": [{"rank": 0}, {"rank": 1}], "timed_out": True}},
+           "timings": {"submit_to_first_rank": 1.2, "failure_to_end": None}}
+    assert slurm_job.summary_lines("9", "/jobs/9", out, "preflight: n2: no python") == [
+        "job 9: FAILED, world size unknown on 2 node(s), logs in /jobs/9",
+        "n1: rc 1, ranks 0,1, 2.5 s, timed out",
+        "n2: rc None, ranks -, None s",
+        "submit to first rank 1.2 s, failure to end None s",
+        "root cause: preflight: n2: no python",
+    ]
