@@ -91,7 +91,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import (
+from ansible_collections.multinode.training.plugins.module_utils._wheel.verify import (
     PROBE_SCRIPT,
     env_summary,
     parse_probe_output,

@@ -178,101 +178,13 @@ commands:
   elements: list
 """
 
-import json
-import os
-import socket
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
-from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
-from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import missing_flags
-from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import (
-    INTERPRETER_SCRIPT,
-    gpu_notes,
-    installed,
-    node_problems,
-    venv_facts,
-)
+from ansible_collections.multinode.training.plugins.module_utils._wheel.node_probe import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            manifest=dict(type="dict", required=True),
-            venv=dict(type="path", required=True),
-            python=dict(type="path", default="/usr/bin/python3"),
-            cpuinfo_path=dict(type="path", default="/proc/cpuinfo"),
-            node=dict(type="str"),
-            node_dir=dict(type="path"),
-            expected_files=dict(type="dict"),
-            lock_sha256=dict(type="str", default=""),
-            lock_packages=dict(type="list", elements="str"),
-        ),
-        supports_check_mode=True,
-    )
-    params = module.params
-    manifest = params["manifest"]
-    node = params["node"] or socket.gethostname()
-    commands = []
-
-    cmd = [params["python"], "-c", INTERPRETER_SCRIPT]
-    commands.append([params["python"], "-c", "<interpreter probe>"])
-    try:
-        rc, out, err = module.run_command(cmd, handle_exceptions=False)
-    except OSError as exc:  # interpreter missing or not executable
-        rc, out, err = 127, "", exc.strerror or "cannot be run"
-    if rc == 0:
-        try:
-            python = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            python = {"executable": params["python"], "error": "unreadable output %r" % out[-200:]}
-    else:
-        python = {"executable": params["python"], "error": (err or out).strip()[-300:] or "exit status %d" % rc}
-
-    gpus, smi_commands = cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi", required=False))
-    commands.extend(smi_commands)
-    gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
-
-    try:
-        with open(params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
-            cpuinfo = handle.read()
-    except OSError as exc:
-        module.fail_json(msg="%s: cannot read CPU flags from %s: %s" % (node, params["cpuinfo_path"], exc))
-
-    venv = venv_facts(params["venv"])
-    facts = {"python": python, "venv": venv, "gpus": gpus, "cpuinfo": cpuinfo,
-             "cpuinfo_path": params["cpuinfo_path"]}
-    problems = node_problems(manifest, facts, node)
-    notes = gpu_notes(manifest, gpus, node)
-    for note in notes:
-        module.warn(note)
-    current, why = False, ["not asked (no expected_files)"]
-    if params["expected_files"] is not None and not problems:
-        record = os.path.join(params["node_dir"], _wheel_dist.RECORD_NAME)
-        try:
-            with open(record) as handle:
-                record_text = handle.read()
-        except (IOError, OSError):
-            record_text = None
-        why = _wheel_dist.current_problems(manifest, venv, params["lock_sha256"], params["node_dir"],
-                                           params["expected_files"], record_text, params["lock_packages"])
-        current = not why
-    module.exit_json(
-        changed=False,
-        current=current,
-        current_problems=why,
-        env=_wheel_dist.env_from_marker(venv["marker"]) if current else {},
-        compatible=not problems,
-        problems=problems,
-        python=python,
-        venv=venv,
-        installed=installed(manifest, venv, params["lock_sha256"], params["lock_packages"]),
-        gpus=gpus,
-        notes=notes,
-        cpu_flags_missing=missing_flags((manifest.get("cpu") or {}).get("flags") or [], cpuinfo),
-        commands=commands,
-    )
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

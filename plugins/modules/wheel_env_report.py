@@ -68,7 +68,7 @@ fields:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import consistency_report
+from ansible_collections.multinode.training.plugins.module_utils._wheel.verify import consistency_report
 
 
 def main():

@@ -1,4 +1,4 @@
-"""Unit tests for _wheel.compat: recorded nvidia-smi / cpuinfo / probe outputs and manifests."""
+"""Unit tests for _wheel.compat, .tags, .gpu, .verify and .node_probe: recorded nvidia-smi / cpuinfo / probe outputs and manifests."""
 from __future__ import annotations
 
 import copy
@@ -7,7 +7,11 @@ import os
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel import compat as wc
+from ansible_collections.multinode.training.plugins.module_utils._wheel import compat
+from ansible_collections.multinode.training.plugins.module_utils._wheel import gpu
+from ansible_collections.multinode.training.plugins.module_utils._wheel import node_probe
+from ansible_collections.multinode.training.plugins.module_utils._wheel import tags
+from ansible_collections.multinode.training.plugins.module_utils._wheel import verify
 from tests.unit.conftest import FIXTURES
 
 FIX = FIXTURES / "wheel_compat"
@@ -47,13 +51,13 @@ def node_facts(python=None, venv=None, gpus=(), cpuinfo="cpuinfo-avx512-zen4.txt
       "platform": ["manylinux2014_x86_64", "manylinux_2_17_x86_64", "manylinux_2_28_x86_64"]}),
 ])
 def test_parse_wheel_filename(name, expected):
-    assert wc.parse_wheel_filename(name) == expected
+    assert tags.parse_wheel_filename(name) == expected
 
 
 @pytest.mark.parametrize("name", ["deepspeed-0.19.8.tar.gz", "deepspeed-0.19.8-cp311.whl"])
 def test_parse_wheel_filename_rejects(name):
     with pytest.raises(ValueError):
-        wc.parse_wheel_filename(name)
+        tags.parse_wheel_filename(name)
 
 
 @pytest.mark.parametrize("wheel,python,expected", [
@@ -70,7 +74,7 @@ def test_parse_wheel_filename_rejects(name):
     ("x-1-cp311-cp311d-linux_x86_64.whl", CP311, ["needs ABI cp311d"]),
 ])
 def test_wheel_tag_problems(wheel, python, expected):
-    problems = wc.wheel_tag_problems(wheel, python, "n1")
+    problems = tags.wheel_tag_problems(wheel, python, "n1")
     assert len(problems) == (1 if expected else 0)
     for text in expected:
         assert text in problems[0]
@@ -105,12 +109,12 @@ def test_wheel_tag_problems(wheel, python, expected):
     ("", (9, 0), None),
 ])
 def test_arch_covers(arch_list, cap, covered_by):
-    assert wc.arch_covers(wc.parse_arch_list(arch_list), cap) == covered_by
+    assert gpu.arch_covers(gpu.parse_arch_list(arch_list), cap) == covered_by
 
 
 def test_parse_arch_list_rejects_garbage():
     with pytest.raises(ValueError, match="unrecognised"):
-        wc.parse_arch_list("8.0;sm_banana")
+        gpu.parse_arch_list("8.0;sm_banana")
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -119,7 +123,7 @@ def test_parse_arch_list_rejects_garbage():
     ("nvidia-smi-mixed-v100-l4.txt", [("Tesla V100-SXM2-32GB", "7.0"), ("NVIDIA L4", "8.9")]),
 ])
 def test_parse_nvidia_smi(name, expected):
-    gpus = wc.parse_nvidia_smi(fixture(name))
+    gpus = gpu.parse_nvidia_smi(fixture(name))
     assert [(g["name"], g["compute_cap"]) for g in gpus] == expected
     assert [g["index"] for g in gpus] == list(range(len(expected)))
 
@@ -133,7 +137,7 @@ def test_parse_nvidia_smi(name, expected):
 ])
 def test_gpu_problems_cuda_manifest(smi, bad_indexes):
     m = manifest("manifest-cuda-80-90ptx.json")
-    problems = wc.gpu_problems(m, wc.parse_nvidia_smi(fixture(smi)), "gpu1")
+    problems = gpu.gpu_problems(m, gpu.parse_nvidia_smi(fixture(smi)), "gpu1")
     assert len(problems) == len(bad_indexes)
     for problem, index in zip(problems, bad_indexes):
         assert problem.startswith("gpu1: ")
@@ -143,13 +147,13 @@ def test_gpu_problems_cuda_manifest(smi, bad_indexes):
 def test_gpu_problems_without_ptx_refuses_blackwell():
     m = manifest("manifest-cuda-80-90ptx.json")
     m["cuda"]["arch_list"] = "8.0;9.0"
-    problems = wc.gpu_problems(m, wc.parse_nvidia_smi(fixture("nvidia-smi-b200x2.txt")), "b")
+    problems = gpu.gpu_problems(m, gpu.parse_nvidia_smi(fixture("nvidia-smi-b200x2.txt")), "b")
     # GPUs of one model are named together.
     assert len(problems) == 1 and "GPUs 0-1 (NVIDIA B200) have compute capability 10.0" in problems[0]
 
 
 def test_gpu_check_skipped_with_a_note_on_gpuless_node():
-    problems, notes = wc.gpu_findings(manifest("manifest-cuda-80-90ptx.json"), [], "cpu9")
+    problems, notes = gpu.gpu_findings(manifest("manifest-cuda-80-90ptx.json"), [], "cpu9")
     assert problems == []
     assert notes == ["cpu9: no NVIDIA GPU (nvidia-smi absent or lists none): the GPU check of cuda wheel "
                      "deepspeed-0.17.1+a1b2c3d-cp312-cp312-linux_x86_64.whl (arch list '8.0;9.0+PTX') is skipped; "
@@ -157,14 +161,14 @@ def test_gpu_check_skipped_with_a_note_on_gpuless_node():
 
 
 def test_gpu_problems_ignored_for_cpu_builds():
-    gpus = wc.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
-    assert wc.gpu_problems(manifest(), gpus, "n") == []
+    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
+    assert gpu.gpu_problems(manifest(), gpus, "n") == []
 
 
 # ---------------------------------------------------------------- CPU flags
 
 def test_cpu_problems_avx512_wheel_on_avx2_node():
-    problems = wc.cpu_problems(manifest(), fixture("cpuinfo-avx2-haswell.txt"), "old1")
+    problems = compat.cpu_problems(manifest(), fixture("cpuinfo-avx2-haswell.txt"), "old1")
     assert len(problems) == 1
     assert problems[0].startswith("old1: wheel's ops were built with -march=znver3 and need CPU flags ")
     lacks = problems[0].split(" lacks ")[1].split()
@@ -178,16 +182,16 @@ def test_cpu_problems_avx512_wheel_on_avx2_node():
     ("cpuinfo-arm64-grace.txt", False),
 ])
 def test_cpu_problems(cpuinfo, ok):
-    assert (wc.cpu_problems(manifest(), fixture(cpuinfo), "n") == []) is ok
+    assert (compat.cpu_problems(manifest(), fixture(cpuinfo), "n") == []) is ok
 
 
 def test_cpu_problems_avx2_wheel_on_haswell():
     m = manifest("manifest-cuda-80-90ptx.json")
-    assert wc.cpu_problems(m, fixture("cpuinfo-avx2-haswell.txt"), "n") == []
+    assert compat.cpu_problems(m, fixture("cpuinfo-avx2-haswell.txt"), "n") == []
 
 
 def test_cpu_problems_empty_cpuinfo():
-    assert "lists no CPU flags" in wc.cpu_problems(manifest(), "", "n", "/x/cpuinfo")[0]
+    assert "lists no CPU flags" in compat.cpu_problems(manifest(), "", "n", "/x/cpuinfo")[0]
 
 
 # ---------------------------------------------------------------- torch, venv
@@ -202,7 +206,7 @@ def test_cpu_problems_empty_cpuinfo():
      ["n: wheel needs torch 2.13.0+cpu, node's venv /v has torch 2.13.0 "]),
 ])
 def test_torch_problems_cpu(venv, expected):
-    problems = wc.torch_problems(manifest(), venv, "n")
+    problems = compat.torch_problems(manifest(), venv, "n")
     assert len(problems) == len(expected)
     for problem, start in zip(problems, expected):
         assert problem.startswith(start)
@@ -211,10 +215,10 @@ def test_torch_problems_cpu(venv, expected):
 def test_torch_problems_cuda_version():
     m = manifest("manifest-cuda-80-90ptx.json")
     venv = {"path": "/v", "state": "directory", "torch": "2.8.0+cu128", "torch_cuda": "12.6"}
-    assert wc.torch_problems(m, venv, "g") == [
+    assert compat.torch_problems(m, venv, "g") == [
         "g: wheel needs torch built for CUDA 12.8, node's venv /v has torch 2.8.0+cu128 built for CUDA 12.6"]
     venv["torch_cuda"] = "12.8"
-    assert wc.torch_problems(m, venv, "g") == []
+    assert compat.torch_problems(m, venv, "g") == []
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -224,28 +228,28 @@ def test_torch_problems_cuda_version():
     ("", None),
 ])
 def test_parse_torch_cuda(text, expected):
-    assert wc.parse_torch_cuda(text) == expected
+    assert node_probe.parse_torch_cuda(text) == expected
 
 
 def test_venv_facts_states(tmp_path):
-    absent = wc.venv_facts(str(tmp_path / "venv"))
+    absent = node_probe.venv_facts(str(tmp_path / "venv"))
     assert absent["state"] == "absent" and not absent.get("blocked_by")
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    blocked = wc.venv_facts(str(blocker / "sub" / "venv"))
+    blocked = node_probe.venv_facts(str(blocker / "sub" / "venv"))
     assert blocked["state"] == "absent" and blocked["blocked_by"] == str(blocker)
-    assert wc.venv_problems(blocked, "n") == [
+    assert compat.venv_problems(blocked, "n") == [
         "n: wheel_distribute_venv %s cannot be created: %s is a file, not a directory" % (blocker / "sub" / "venv", blocker)]
 
-    as_file = wc.venv_facts(str(blocker))
+    as_file = node_probe.venv_facts(str(blocker))
     assert as_file["state"] == "file"
-    assert wc.venv_problems(as_file, "n")[0].startswith("n: wheel_distribute_venv %s is a file" % blocker)
+    assert compat.venv_problems(as_file, "n")[0].startswith("n: wheel_distribute_venv %s is a file" % blocker)
 
     dangling = tmp_path / "dangling"
     os.symlink(str(tmp_path / "gone"), str(dangling))
-    assert wc.venv_facts(str(dangling))["state"] == "other"
-    assert "dangling symlink" in wc.venv_problems(wc.venv_facts(str(dangling)), "n")[0]
+    assert node_probe.venv_facts(str(dangling))["state"] == "other"
+    assert "dangling symlink" in compat.venv_problems(node_probe.venv_facts(str(dangling)), "n")[0]
 
 
 def test_venv_facts_reads_torch_and_marker(tmp_path):
@@ -258,18 +262,18 @@ def test_venv_facts_reads_torch_and_marker(tmp_path):
     (site / "torch" / "version.py").write_text("cuda: Optional[str] = '12.8'\n")
     m = manifest()
     marker = {"wheel_sha256": m["wheel_sha256"], "torch": m["torch"]["version"], "verified": True}
-    (release / wc.MARKER_NAME).write_text(json.dumps(marker))
+    (release / node_probe.MARKER_NAME).write_text(json.dumps(marker))
     link = tmp_path / "venv"
     os.symlink(str(release), str(link))
 
-    facts = wc.venv_facts(str(link))
+    facts = node_probe.venv_facts(str(link))
     assert facts["state"] == "directory" and facts["symlink"] and facts["target"] == str(release)
     assert (facts["torch"], facts["torch_cuda"]) == ("2.8.0+cu128", "12.8")
     assert facts["marker"] == marker
-    assert wc.installed(m, facts)
-    assert not wc.installed(dict(m, wheel_sha256="0" * 64), facts)
+    assert node_probe.installed(m, facts)
+    assert not node_probe.installed(dict(m, wheel_sha256="0" * 64), facts)
     facts["marker"] = dict(marker, verified=False)
-    assert not wc.installed(m, facts)
+    assert not node_probe.installed(m, facts)
     assert facts["packages"] == ["torch==2.8.0+cu128"]
 
 
@@ -281,24 +285,24 @@ def test_installed_needs_this_runs_requirements_lock(tmp_path):
               "requirements_sha256": "a" * 64}
     lock = ["torch==%s" % m["torch"]["version"], "accelerate==1.15.0"]
     facts = {"state": "directory", "marker": marker, "packages": lock + ["pip==24.0", "setuptools==66.1.1"]}
-    assert wc.installed(m, facts, "a" * 64, lock)
-    assert not wc.installed(m, facts, "b" * 64, lock)  # requirements added or changed: another lock
-    assert not wc.installed(m, facts, "", None)  # every requirement removed: back to the base set
-    assert not wc.installed(m, dict(marker=dict(marker, requirements_sha256=""), state="directory"), "a" * 64, lock)
+    assert node_probe.installed(m, facts, "a" * 64, lock)
+    assert not node_probe.installed(m, facts, "b" * 64, lock)  # requirements added or changed: another lock
+    assert not node_probe.installed(m, facts, "", None)  # every requirement removed: back to the base set
+    assert not node_probe.installed(m, dict(marker=dict(marker, requirements_sha256=""), state="directory"), "a" * 64, lock)
     # the same lock, a package changed by hand on the node
-    assert not wc.installed(m, dict(facts, packages=lock[:1] + ["accelerate==1.0.0"]), "a" * 64, lock)
-    assert not wc.installed(m, dict(facts, packages=lock + ["six==1.17.0"]), "a" * 64, lock)
+    assert not node_probe.installed(m, dict(facts, packages=lock[:1] + ["accelerate==1.0.0"]), "a" * 64, lock)
+    assert not node_probe.installed(m, dict(facts, packages=lock + ["six==1.17.0"]), "a" * 64, lock)
 
 
 # ---------------------------------------------------------------- the whole guard
 
 def test_node_problems_compatible_node():
-    assert wc.node_problems(manifest(), node_facts(), "node1") == []
+    assert compat.node_problems(manifest(), node_facts(), "node1") == []
 
 
 def test_node_problems_reports_every_problem_of_a_node():
     venv = {"path": "/opt/v", "state": "directory", "torch": "2.12.0"}
-    problems = wc.node_problems(manifest(), node_facts(python=CP39, venv=venv, cpuinfo="cpuinfo-avx2-haswell.txt"),
+    problems = compat.node_problems(manifest(), node_facts(python=CP39, venv=venv, cpuinfo="cpuinfo-avx2-haswell.txt"),
                                 "node3")
     assert [p.split(":")[0] for p in problems] == ["node3"] * 3
     assert "needs python tag cp311" in problems[0]
@@ -308,23 +312,23 @@ def test_node_problems_reports_every_problem_of_a_node():
 
 def test_node_problems_cuda_manifest_gpu_node():
     m = manifest("manifest-cuda-80-90ptx.json")
-    gpus = wc.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
+    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
     venv = {"path": "/v", "state": "directory", "torch": "2.8.0+cu128", "torch_cuda": "12.8"}
-    assert wc.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus, cpuinfo="cpuinfo-avx2-haswell.txt"),
+    assert compat.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus, cpuinfo="cpuinfo-avx2-haswell.txt"),
                             "h100") == []
-    gpus = wc.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
-    problems = wc.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus), "mixed")
+    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
+    problems = compat.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus), "mixed")
     assert len(problems) == 1 and "Tesla V100" in problems[0]
 
 
 def test_node_problems_broken_interpreter():
     facts = node_facts(python={"executable": "/usr/bin/python3", "error": "No such file or directory"})
-    assert wc.node_problems(manifest(), facts, "n") == [
+    assert compat.node_problems(manifest(), facts, "n") == [
         'n: wheel_distribute_python="/usr/bin/python3": cannot run on this node (No such file or directory); '
         'valid: an interpreter path on every node, python cp311 for wheel deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl']
     # a failure of several lines stays one line
     facts = node_facts(python={"executable": "/usr/bin/python9", "error": "Traceback\n  boom\nError: x"})
-    assert wc.node_problems(manifest(), facts, "n")[0].startswith(
+    assert compat.node_problems(manifest(), facts, "n")[0].startswith(
         'n: wheel_distribute_python="/usr/bin/python9": cannot run on this node (Traceback boom Error: x); valid: ')
 
 
@@ -338,7 +342,7 @@ def test_node_problems_broken_interpreter():
 def test_manifest_problems(change, expected):
     m = manifest()
     m.update(change)
-    problems = wc.manifest_problems(m, "/d/m.json")
+    problems = compat.manifest_problems(m, "/d/m.json")
     assert len(problems) == len(expected)
     for problem, text in zip(problems, expected):
         assert problem.startswith("manifest /d/m.json") and text in problem
@@ -347,30 +351,30 @@ def test_manifest_problems(change, expected):
 def test_manifest_problems_missing_key():
     m = manifest()
     del m["ops"]
-    assert wc.manifest_problems(m, "m.json") == ["manifest m.json lacks key 'ops'"]
+    assert compat.manifest_problems(m, "m.json") == ["manifest m.json lacks key 'ops'"]
 
 
 # ---------------------------------------------------------------- post-install verification
 
 def test_probe_ok():
-    probe = wc.parse_probe_output(fixture("probe-ok.txt"))
+    probe = verify.parse_probe_output(fixture("probe-ok.txt"))
     assert probe["torch"] == "2.13.0+cpu"
-    assert wc.verify_problems(manifest(), probe, "node1", "/opt/v") == []
-    env = wc.env_summary(manifest(), probe, "/opt/v", "/opt/v/bin/python")
+    assert verify.verify_problems(manifest(), probe, "node1", "/opt/v") == []
+    env = verify.env_summary(manifest(), probe, "/opt/v", "/opt/v/bin/python")
     assert env["ops"] == ["cpu_adam", "deepspeed_shm_comm"] and env["deepspeed"] == "0.19.8"
     assert env["wheel_sha256"] == manifest()["wheel_sha256"]
 
 
 def test_probe_jit_and_load_failure():
-    probe = wc.parse_probe_output(fixture("probe-jit.txt"))
-    problems = wc.verify_problems(manifest(), probe, "node2", "/opt/v")
+    probe = verify.parse_probe_output(fixture("probe-jit.txt"))
+    problems = verify.verify_problems(manifest(), probe, "node2", "/opt/v")
     assert any("op cpu_adam (cpu_adam) is not marked installed" in p for p in problems)
     assert any("op cpu_adam loaded module cpu_adam, the manifest's prebuilt module is deepspeed.ops.adam.cpu_adam_op"
                in p for p in problems)
     assert any("op deepspeed_shm_comm failed to load through ShareMemCommBuilder" in p and "libgomp" in p for p in problems)
     assert any("JIT-compiled (TORCH_EXTENSIONS_DIR got /tmp/wheel-distribute-jit-x1/cpu_adam" in p for p in problems)
     assert all(p.startswith("node2: ") for p in problems)
-    assert wc.env_summary(manifest(), probe, "/v", "/v/bin/python")["ops"] == ["cpu_adam"]
+    assert verify.env_summary(manifest(), probe, "/v", "/v/bin/python")["ops"] == ["cpu_adam"]
 
 
 @pytest.mark.parametrize("change,text", [
@@ -380,38 +384,38 @@ def test_probe_jit_and_load_failure():
     ({"error": "ModuleNotFoundError: No module named 'deepspeed'"}, "importing torch/DeepSpeed failed"),
 ])
 def test_probe_mismatches(change, text):
-    probe = wc.parse_probe_output(fixture("probe-ok.txt"))
+    probe = verify.parse_probe_output(fixture("probe-ok.txt"))
     probe.update(change)
-    problems = wc.verify_problems(manifest(), probe, "n", "/v")
+    problems = verify.verify_problems(manifest(), probe, "n", "/v")
     assert len(problems) == 1 and text in problems[0]
 
 
 def test_probe_missing_output():
-    assert wc.parse_probe_output("Traceback ...\nSegmentation fault\n") is None
-    assert "printed no result" in wc.verify_problems(manifest(), None, "n", "/v")[0]
+    assert verify.parse_probe_output("Traceback ...\nSegmentation fault\n") is None
+    assert "printed no result" in verify.verify_problems(manifest(), None, "n", "/v")[0]
 
 
 def test_probe_file_must_be_the_wheels():
-    probe = wc.parse_probe_output(fixture("probe-ok.txt"))
+    probe = verify.parse_probe_output(fixture("probe-ok.txt"))
     probe["ops"]["cpu_adam"]["file"] = "/root/.cache/torch_extensions/py311_cpu/cpu_adam/cpu_adam_op.so"
-    problems = wc.verify_problems(manifest(), probe, "n", "/v")
+    problems = verify.verify_problems(manifest(), probe, "n", "/v")
     assert len(problems) == 1 and "not the prebuilt deepspeed/ops/adam/cpu_adam_op" in problems[0]
 
 
 def test_probe_script_compiles_and_spec_lists_builders():
-    compile(wc.PROBE_SCRIPT, "probe", "exec")
-    compile(wc.INTERPRETER_SCRIPT, "interp", "exec")
-    assert json.loads(wc.probe_spec(manifest())) == {"ops": [
+    compile(verify.PROBE_SCRIPT, "probe", "exec")
+    compile(node_probe.INTERPRETER_SCRIPT, "interp", "exec")
+    assert json.loads(verify.probe_spec(manifest())) == {"ops": [
         {"name": "cpu_adam", "builder": "CPUAdamBuilder"}, {"name": "deepspeed_shm_comm", "builder": "ShareMemCommBuilder"}]}
 
 
 def test_interpreter_script_runs_here():
     import subprocess
     import sys
-    out = json.loads(subprocess.check_output([sys.executable, "-c", wc.INTERPRETER_SCRIPT]))
+    out = json.loads(subprocess.check_output([sys.executable, "-c", node_probe.INTERPRETER_SCRIPT]))
     assert out["tag"] == "cp%d%d" % sys.version_info[:2]
     assert out["platform"].startswith("linux_")
-    assert wc.wheel_tag_problems("x-1-%s-%s-%s.whl" % (out["tag"], out["abi"], out["platform"]), out, "h") == []
+    assert tags.wheel_tag_problems("x-1-%s-%s-%s.whl" % (out["tag"], out["abi"], out["platform"]), out, "h") == []
 
 
 # ---------------------------------------------------------------- consistency report
@@ -424,14 +428,14 @@ def _env(**change):
 
 
 def test_consistency_identical():
-    report = wc.consistency_report({"n1": _env(), "n2": _env(), "n3": _env()})
+    report = verify.consistency_report({"n1": _env(), "n2": _env(), "n3": _env()})
     assert report["consistent"] and report["differences"] == []
     assert "torch: 2.13.0+cpu on all 3 nodes" in report["lines"]
 
 
 def test_consistency_names_the_odd_node():
     envs = {"n1": _env(), "n2": _env(torch="2.12.0", ops=["cpu_adam"]), "n3": _env()}
-    report = wc.consistency_report(envs)
+    report = verify.consistency_report(envs)
     assert not report["consistent"]
     assert report["differences"] == [
         "n2 has torch 2.12.0, 2 node(s) have 2.13.0+cpu",
@@ -441,14 +445,14 @@ def test_consistency_names_the_odd_node():
 
 
 def test_consistency_tie_names_the_later_group():
-    report = wc.consistency_report({"a": _env(deepspeed="0.19.8"), "b": _env(deepspeed="0.19.9")})
+    report = verify.consistency_report({"a": _env(deepspeed="0.19.8"), "b": _env(deepspeed="0.19.9")})
     assert report["differences"] == ["b has deepspeed 0.19.9, 1 node(s) have 0.19.8"]
 
 
 def test_consistency_does_not_mutate_input():
     envs = {"n1": _env(), "n2": _env(python_version="3.11.9")}
     before = copy.deepcopy(envs)
-    wc.consistency_report(envs)
+    verify.consistency_report(envs)
     assert envs == before
 
 
@@ -463,7 +467,7 @@ def coverage_manifest(name):
 
 
 def gpus(name):
-    return wc.parse_nvidia_smi(fixture(name))
+    return gpu.parse_nvidia_smi(fixture(name))
 
 
 def test_recorded_cuda_manifests_hold_coverage():
@@ -476,11 +480,11 @@ def test_recorded_cuda_manifests_hold_coverage():
 @pytest.mark.parametrize("smi", ["nvidia-smi-h100x8.txt", "nvidia-smi-a100x4.txt", "nvidia-smi-a10g.txt"])
 def test_sass_covered_gpus_accepted_silently(smi):
     # A10G is 8.6: sm_80 SASS runs on it (same major, lower minor).
-    assert wc.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"), gpus(smi), "n") == ([], [])
+    assert gpu.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"), gpus(smi), "n") == ([], [])
 
 
 def test_ptx_only_coverage_accepted_with_jit_warning():
-    problems, notes = wc.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
+    problems, notes = gpu.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
                                       gpus("nvidia-smi-b200x2.txt"), "b1")
     assert problems == []
     assert len(notes) == 1
@@ -490,7 +494,7 @@ def test_ptx_only_coverage_accepted_with_jit_warning():
 
 
 def test_uncovered_gpu_refused_naming_node_gpu_cap_op_and_binary():
-    problems, _notes = wc.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
+    problems, _notes = gpu.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
                                        gpus("nvidia-smi-mixed-v100-l4.txt"), "old2")
     assert problems == [
         "old2: GPU 0 (Tesla V100-SXM2-32GB) has compute capability 7.0, which op fused_adam of wheel "
@@ -505,7 +509,7 @@ def test_uncovered_gpu_refused_naming_node_gpu_cap_op_and_binary():
 ])
 def test_sass_only_build(smi, refused):
     m = coverage_manifest("manifest-cuda-fused_adam-90.json")
-    problems, notes = wc.gpu_findings(m, gpus(smi), "n")
+    problems, notes = gpu.gpu_findings(m, gpus(smi), "n")
     assert bool(problems) == refused and notes == []
     assert all("its binary has SASS sm_90 (arch list '9.0')" in p for p in problems)
 
@@ -517,7 +521,7 @@ def test_node_problems_use_the_binary_coverage():
     m["cuda"]["arch_list"] = "7.0;8.0;9.0+PTX"
     facts = node_facts(python=dict(CP311, version="3.11.7"), gpus=gpus("nvidia-smi-mixed-v100-l4.txt"))
     assert any("GPU 0 (Tesla V100-SXM2-32GB) has compute capability 7.0, which op fused_adam" in p
-               for p in wc.node_problems(m, facts, "old2"))
+               for p in compat.node_problems(m, facts, "old2"))
 
 
 @pytest.mark.parametrize("have, want, same", [
@@ -529,4 +533,4 @@ def test_node_problems_use_the_binary_coverage():
     ("2.12.0", "2.13.0+cu130", False),
 ])
 def test_same_torch_version(have, want, same):
-    assert wc.same_torch_version(have, want) is same
+    assert compat.same_torch_version(have, want) is same

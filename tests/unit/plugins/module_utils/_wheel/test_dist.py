@@ -7,7 +7,7 @@ import os
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
-from ansible_collections.multinode.training.plugins.module_utils._wheel import compat
+from ansible_collections.multinode.training.plugins.module_utils._wheel import node_probe
 from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
 
 from ....conftest import FIXTURES
@@ -89,7 +89,7 @@ def install(tmp_path, m, op_bytes=b"op"):
               "requirements_sha256": "", "python_version": "3.11.2", "deepspeed": "0.19.8",
               "ops": sorted(op["name"] for op in m["ops"]), "venv": "/opt/v", "python": "/opt/v/bin/python",
               "torch_cuda": None, "accelerator": "cpu", "wheel": m["wheel"], "release": str(release)}
-    (release / compat.MARKER_NAME).write_text(json.dumps(marker))
+    (release / node_probe.MARKER_NAME).write_text(json.dumps(marker))
     venv = tmp_path / "venv"
     os.symlink(str(release), str(venv))
     return venv, marker
@@ -110,7 +110,7 @@ def test_current_node_and_each_reason_it_is_not(tmp_path):
     node = node_dir_with(tmp_path, content)
     expected = {name: {"sha256": hashlib.sha256(b).hexdigest(), "size": len(b)} for name, b in content.items()}
     record = json.dumps({"files": expected})
-    facts = compat.venv_facts(str(venv))
+    facts = node_probe.venv_facts(str(venv))
     assert _wheel_dist.current_problems(m, facts, "", str(node), expected, record) == []
     assert _wheel_dist.env_from_marker(marker)["ops"] == marker["ops"]
     # no record yet (first run of this version of the role), other files, a truncated copy
@@ -141,7 +141,7 @@ def test_current_node_and_each_reason_it_is_not(tmp_path):
     plain = tmp_path / "plain"
     plain.mkdir()
     assert "not a release symlink" in _wheel_dist.current_problems(
-        m, compat.venv_facts(str(plain)), "", str(node), expected, record)[0]
+        m, node_probe.venv_facts(str(plain)), "", str(node), expected, record)[0]
 
 
 def test_checksum_cache_rehashes_only_changed_files(tmp_path):

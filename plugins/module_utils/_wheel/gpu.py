@@ -1,0 +1,178 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Do the wheel's CUDA kernels cover a node's GPUs? Arch lists, nvidia-smi, per-op fatbin coverage.
+
+Pure functions on the manifest's ``cuda`` entries and the GPUs a node reported; a problem refuses the
+node, a note (PTX JIT at first use) is a warning.
+"""
+from __future__ import annotations
+
+import re
+
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils._build import fatbin
+
+# TORCH_CUDA_ARCH_LIST also accepts architecture names (torch.utils.cpp_extension).
+ARCH_NAMES = {
+    "kepler": ["3.5+PTX"],
+    "maxwell": ["5.0;5.2+PTX"],
+    "pascal": ["6.0;6.1+PTX"],
+    "volta": ["7.0+PTX"],
+    "turing": ["7.5+PTX"],
+    "ampere": ["8.0;8.6+PTX"],
+    "ada": ["8.9+PTX"],
+    "hopper": ["9.0+PTX"],
+    "blackwell": ["10.0;12.0+PTX"],
+}
+
+
+def parse_arch_list(arch_list):
+    """TORCH_CUDA_ARCH_LIST -> list of dicts {arch: (major, minor), suffix, ptx, text}.
+
+    Entries are separated by ';', ',' or spaces; '+PTX' also embeds PTX (a
+    'compute_XY' entry is PTX only, 'sm_XY' SASS only); a suffix
+    'a' (sm_90a) runs only on that exact architecture, 'f' (family, CUDA 12.9+)
+    on the same major with minor >= the entry's.
+    """
+    entries = []
+    for raw in re.split(r"[;,\s]+", (arch_list or "").strip()):
+        if not raw:
+            continue
+        if raw.lower() in ARCH_NAMES:
+            entries.extend(parse_arch_list(";".join(ARCH_NAMES[raw.lower()])))
+            continue
+        text = raw
+        ptx = raw.upper().endswith("+PTX")
+        if ptx:
+            raw = raw[:-4]
+        match = re.match(r"^(?:sm_|compute_)?(\d+)\.?(\d)([af]?)$", raw.strip())
+        if not match:
+            raise ValueError("unrecognised TORCH_CUDA_ARCH_LIST entry %r in %r" % (text, arch_list))
+        # '8.6', 'sm_86', '86', '10.0', '9.0a', '10.0f': the last digit is the minor
+        major, minor, suffix = int(match.group(1)), int(match.group(2)), match.group(3)
+        ptx_only = raw.startswith("compute_")
+        entries.append({"arch": (major, minor), "suffix": suffix, "ptx": ptx or ptx_only, "sass": not ptx_only,
+                        "text": text})
+    return entries
+
+
+def parse_compute_cap(text):
+    """'8.6' -> (8, 6)."""
+    major, _sep, minor = str(text).strip().partition(".")
+    return int(major), int(minor or 0)
+
+
+def arch_covers(entries, cap):
+    """The arch-list entry whose code runs on a device of compute capability `cap`, or None.
+
+    CUDA binary compatibility: a cubin for sm_XY runs on devices of the same major X
+    with minor >= Y (sm_XYa: exactly XY); PTX for compute_XY is JIT-compiled by the
+    driver for any device >= XY.
+    """
+    for entry in entries:
+        arch = entry["arch"]
+        if not entry.get("sass", True):
+            sass = False
+        elif entry["suffix"] == "a":
+            sass = cap == arch
+        else:
+            sass = cap[0] == arch[0] and cap[1] >= arch[1]
+        if sass:
+            return entry["text"] + " (SASS)"
+    for entry in entries:
+        if entry["ptx"] and cap >= entry["arch"]:
+            return entry["text"] + " (PTX JIT)"
+    return None
+
+
+def parse_nvidia_smi(text):
+    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` -> [{index, name, compute_cap}].
+
+    The build's parser (old drivers' name-only output resolved through its name table), numbered.
+    """
+    lines = [line for line in (text or "").splitlines() if not line.strip().lower().startswith("name")]
+    return [dict(gpu, index=i) for i, gpu in enumerate(cuda_arch.parse_nvidia_smi("\n".join(lines)))]
+
+
+def _gpu_groups(gpus):
+    """GPUs grouped by (name, compute_cap), in index order: [(label, gpu)], label 'GPU 0' or 'GPUs 0-7'."""
+    groups = {}
+    for gpu in gpus:
+        groups.setdefault((gpu["name"], gpu["compute_cap"]), []).append(gpu)
+    out = []
+    for members in sorted(groups.values(), key=lambda m: m[0]["index"]):
+        idx = [m["index"] for m in members]
+        if len(idx) == 1:
+            label = "GPU %s" % idx[0]
+        elif idx == list(range(idx[0], idx[0] + len(idx))):
+            label = "GPUs %s-%s" % (idx[0], idx[-1])
+        else:
+            label = "GPUs %s" % ", ".join(str(i) for i in idx)
+        out.append((label, members[0]))
+    return out
+
+
+def _has(label):
+    return "have" if label.startswith("GPUs") else "has"
+
+
+def gpu_findings(manifest, gpus, node):
+    """(problems, notes) for the node's GPUs against a cuda wheel.
+
+    With per-op coverage in the manifest (ops[].cuda, read from the binaries by the build),
+    every GPU must be covered by every op that has GPU code: SASS of the GPU's major with a
+    lower or equal minor, or PTX of a lower or equal arch, which the driver JIT-compiles on
+    first use (a note, not a refusal). Older manifests fall back to the arch list. A node
+    without GPUs is not judged here: a note says the check was skipped.
+    """
+    if manifest.get("accelerator") != "cuda":
+        return [], []
+    arch_list = (manifest.get("cuda") or {}).get("arch_list") or ""
+    wheel = manifest.get("wheel")
+    if not gpus:
+        return [], ["%s: no NVIDIA GPU (nvidia-smi absent or lists none): the GPU check of cuda wheel %s "
+                    "(arch list %r) is skipped; its CUDA ops need a GPU to run" % (node, wheel, arch_list)]
+    gpu_ops = [op for op in manifest.get("ops") or [] if op.get("cuda")]
+    entries = None if gpu_ops else parse_arch_list(arch_list)
+    problems, notes = [], []
+    for label, gpu in _gpu_groups(gpus):
+        try:
+            cap = parse_compute_cap(gpu["compute_cap"])
+        except ValueError:
+            problems.append("%s: %s (%s) reports compute capability %r, which cannot be read" % (
+                node, label, gpu["name"], gpu["compute_cap"]))
+            continue
+        if entries is not None:
+            if arch_covers(entries, cap) is None:
+                problems.append(
+                    "%s: wheel's ops are compiled for CUDA arch list %r, %s (%s) %s compute "
+                    "capability %d.%d, not covered (no SASS of the same major with a lower or equal "
+                    "minor, no +PTX of a lower or equal arch)" % (
+                        node, arch_list, label, gpu["name"], _has(label), cap[0], cap[1]))
+            continue
+        for op in gpu_ops:
+            found = fatbin.gpu_covered(op["cuda"], cap)
+            if found is None:
+                problems.append(
+                    "%s: %s (%s) %s compute capability %d.%d, which op %s of wheel %s does not cover: its binary "
+                    "has %s (arch list %r); it needs SASS sm_%d<minor <= %d> or PTX of an arch <= %d.%d" % (
+                        node, label, gpu["name"], _has(label), cap[0], cap[1], op["name"], wheel,
+                        fatbin.describe(op["cuda"]),
+                        arch_list, cap[0], cap[1], cap[0], cap[1]))
+            elif found[0] == "ptx":
+                notes.append(
+                    "%s: %s (%s) %s compute capability %d.%d, op %s of wheel %s has no SASS for it and runs "
+                    "from PTX compute_%s: the driver JIT-compiles it on first use (slow first start, cached in "
+                    "~/.nv/ComputeCache)" % (node, label, gpu["name"], _has(label), cap[0], cap[1], op["name"], wheel,
+                                             found[1].replace(".", "")))
+    return problems, notes
+
+
+def gpu_problems(manifest, gpus, node):
+    """Each GPU on the node must be covered by the wheel's GPU code (cuda builds only)."""
+    return gpu_findings(manifest, gpus, node)[0]
+
+
+def gpu_notes(manifest, gpus, node):
+    """Warnings for an accepted node: PTX-only coverage (JIT on first use), GPU check skipped."""
+    return gpu_findings(manifest, gpus, node)[1]

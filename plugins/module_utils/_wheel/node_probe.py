@@ -1,0 +1,216 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a node has for the wheel: its interpreter's tags, the venv at the install path (marker, torch,
+packages), and whether this wheel with this lock is already installed there.
+
+Run on the node by wheel_compat_facts (``run_module`` at the end); the decisions on these facts are
+_wheel/compat.py's node_problems and _wheel/dist.py's current_problems.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import missing_flags
+from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
+from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
+from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import node_problems
+from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_notes
+
+MARKER_NAME = ".multinode-training.json"
+
+
+def parse_dist_info_version(metadata_text):
+    """Version field of a dist-info METADATA file."""
+    for line in (metadata_text or "").splitlines():
+        if line.startswith("Version:"):
+            return line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return None
+
+
+def parse_torch_cuda(version_py_text):
+    """torch/version.py -> the CUDA version torch was built with, or None (CPU build)."""
+    match = re.search(r"^cuda\s*(?::\s*[^=]+)?=\s*(['\"]([^'\"]*)['\"]|None)", version_py_text or "", re.M)
+    if not match or match.group(1) == "None":
+        return None
+    return match.group(2) or None
+
+
+# Runs under the interpreter that will create the venv: what wheels it accepts.
+INTERPRETER_SCRIPT = r'''
+import json, os, platform, sys, sysconfig
+impl = {"cpython": "cp", "pypy": "pp"}.get(sys.implementation.name, sys.implementation.name)
+tag = "%s%d%d" % (impl, sys.version_info[0], sys.version_info[1])
+abi = tag
+if impl == "cp":
+    if sysconfig.get_config_var("Py_GIL_DISABLED"):
+        abi += "t"
+    if sysconfig.get_config_var("Py_DEBUG"):
+        abi += "d"
+try:
+    glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+except (AttributeError, ValueError, OSError, IndexError):
+    glibc = None
+print(json.dumps({"version": platform.python_version(), "implementation": impl, "tag": tag, "abi": abi,
+                  "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
+                  "glibc": glibc, "executable": sys.executable}))
+'''
+
+
+def _read(path):
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def venv_facts(path):
+    """What is at the venv path: state, marker of a previous install, torch already in it."""
+    import glob
+
+    facts = {"path": path, "state": "absent", "symlink": os.path.islink(path), "marker": None,
+             "torch": None, "torch_cuda": None, "target": None}
+    if os.path.islink(path):
+        facts["target"] = os.path.realpath(path)
+    if os.path.isdir(path):
+        facts["state"] = "directory"
+    elif os.path.isfile(path):
+        facts["state"] = "file"
+    elif os.path.lexists(path):
+        facts["state"] = "other"
+        facts["detail"] = "dangling symlink to %s" % os.readlink(path) if os.path.islink(path) else "special file"
+    else:
+        parent = os.path.dirname(os.path.abspath(path))
+        while parent and not os.path.lexists(parent):
+            parent = os.path.dirname(parent)
+        if parent and not os.path.isdir(parent):
+            facts["blocked_by"] = parent
+        return facts
+    if facts["state"] != "directory":
+        return facts
+    marker = os.path.join(path, MARKER_NAME)
+    if os.path.isfile(marker):
+        try:
+            facts["marker"] = json.loads(_read(marker))
+        except ValueError:
+            facts["marker"] = {"error": "unreadable marker %s" % marker}
+    for meta in sorted(glob.glob(os.path.join(path, "lib", "python*", "site-packages", "torch-*.dist-info", "METADATA"))):
+        facts["torch"] = parse_dist_info_version(_read(meta))
+        version_py = os.path.join(os.path.dirname(os.path.dirname(meta)), "torch", "version.py")
+        if os.path.isfile(version_py):
+            facts["torch_cuda"] = parse_torch_cuda(_read(version_py))
+        break
+    facts["packages"] = venv_packages(path)
+    return facts
+
+
+def venv_packages(path):
+    """Every distribution installed in the venv's site-packages, as sorted name==version (the Name and
+    Version headers of each dist-info, read as preflight's environment probe reads them, nothing
+    imported): what the wheel_distribute guard compares with the job requirements' lock."""
+    import glob
+
+    packages = set()
+    for dist_info in glob.glob(os.path.join(path, "lib", "python*", "site-packages", "*.dist-info")):
+        meta = env_probe.headers(dist_info)
+        if meta["name"]:
+            packages.add("%s==%s" % (meta["name"], meta["version"] or ""))
+    return sorted(packages)
+
+
+def installed(manifest, venv, lock_sha256="", lock_packages=None):
+    """True when the venv already holds this exact wheel, verified (the idempotence marker), installed
+    with the job requirements' lock of this run (its sha256; empty: no job requirements) and, with a
+    lock, holding exactly the lock's packages (lock_packages, name==version): a changed, added or
+    removed requirement, or a package changed by hand, makes a new release. The same rules as
+    _wheel_dist.current_problems, which also says why."""
+    return (venv.get("state") == "directory"
+            and _wheel_dist.marker_problem(manifest, venv.get("marker"), lock_sha256) is None
+            and not _wheel_dist.package_problems(venv, lock_packages))
+
+
+# --------------------------------------------------------------------------- the wheel_compat_facts module
+
+ARGUMENT_SPEC = dict(
+    manifest=dict(type="dict", required=True),
+    venv=dict(type="path", required=True),
+    python=dict(type="path", default="/usr/bin/python3"),
+    cpuinfo_path=dict(type="path", default="/proc/cpuinfo"),
+    node=dict(type="str"),
+    node_dir=dict(type="path"),
+    expected_files=dict(type="dict"),
+    lock_sha256=dict(type="str", default=""),
+    lock_packages=dict(type="list", elements="str"),
+)
+
+
+def interpreter(module, python_path):
+    """INTERPRETER_SCRIPT's answer under python_path, or {executable, error} when it cannot run."""
+    cmd = [python_path, "-c", INTERPRETER_SCRIPT]
+    try:
+        rc, out, err = module.run_command(cmd, handle_exceptions=False)
+    except OSError as exc:  # interpreter missing or not executable
+        rc, out, err = 127, "", exc.strerror or "cannot be run"
+    if rc == 0:
+        try:
+            return json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"executable": python_path, "error": "unreadable output %r" % out[-200:]}
+    return {"executable": python_path, "error": (err or out).strip()[-300:] or "exit status %d" % rc}
+
+
+def current(params, manifest, venv, problems):
+    """(whether this wheel with this lock is installed as expected, why not), asked with expected_files only."""
+    if params["expected_files"] is None or problems:
+        return False, ["not asked (no expected_files)"]
+    record = os.path.join(params["node_dir"], _wheel_dist.RECORD_NAME)
+    try:
+        with open(record) as handle:
+            record_text = handle.read()
+    except (IOError, OSError):
+        record_text = None
+    why = _wheel_dist.current_problems(manifest, venv, params["lock_sha256"], params["node_dir"],
+                                       params["expected_files"], record_text, params["lock_packages"])
+    return not why, why
+
+
+def run_module(module):
+    params = module.params
+    manifest = params["manifest"]
+    node = params["node"] or socket.gethostname()
+    commands = [[params["python"], "-c", "<interpreter probe>"]]
+    python = interpreter(module, params["python"])
+    gpus, smi_commands = cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi", required=False))
+    commands.extend(smi_commands)
+    gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
+    try:
+        with open(params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
+            cpuinfo = handle.read()
+    except OSError as exc:
+        module.fail_json(msg="%s: cannot read CPU flags from %s: %s" % (node, params["cpuinfo_path"], exc))
+    venv = venv_facts(params["venv"])
+    facts = {"python": python, "venv": venv, "gpus": gpus, "cpuinfo": cpuinfo,
+             "cpuinfo_path": params["cpuinfo_path"]}
+    problems = node_problems(manifest, facts, node)
+    notes = gpu_notes(manifest, gpus, node)
+    for note in notes:
+        module.warn(note)
+    is_current, why = current(params, manifest, venv, problems)
+    module.exit_json(
+        changed=False,
+        current=is_current,
+        current_problems=why,
+        env=_wheel_dist.env_from_marker(venv["marker"]) if is_current else {},
+        compatible=not problems,
+        problems=problems,
+        python=python,
+        venv=venv,
+        installed=installed(manifest, venv, params["lock_sha256"], params["lock_packages"]),
+        gpus=gpus,
+        notes=notes,
+        cpu_flags_missing=missing_flags((manifest.get("cpu") or {}).get("flags") or [], cpuinfo),
+        commands=commands,
+    )
