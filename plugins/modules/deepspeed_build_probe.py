@@ -199,120 +199,13 @@ ansible_facts:
   type: dict
 """
 
-import json
-import os
-import platform
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.facts.system.distribution import DistributionFactCollector
-from ansible_collections.multinode.training.plugins.module_utils._build import plan as _build_plan
-from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
-from ansible_collections.multinode.training.plugins.module_utils._build import torch_info
+
+from ansible_collections.multinode.training.plugins.module_utils._build.probe import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            source=dict(type="str", default="pypi", choices=["pypi", "git", "local"]),
-            version=dict(type="str", required=True),
-            local_path=dict(type="str", default=""),
-            source_tree=dict(type="str", default=""),
-            source_spec=dict(type="str", default=""),
-            source_sha256=dict(type="str"),
-            source_commit=dict(type="str"),
-            unpack=dict(type="bool", default=False),
-            torch=dict(type="dict", default={}),
-            workdir=dict(type="path", required=True),
-            python=dict(type="str", default="python3"),
-            torch_requirement=dict(type="str", required=True),
-            pip_args=dict(type="list", elements="str", default=[]),
-            accelerator=dict(type="str", default="auto", choices=["auto", "cuda", "cpu"]),
-            cuda_arch_list=dict(type="str", default="auto"),
-            ops=dict(type="list", elements="str", default=[]),
-            jobs=dict(type="int", default=0),
-            env=dict(type="dict", default={}),
-            install_prerequisites=dict(type="bool", default=True),
-            wheelhouse=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    workdir = p["workdir"]
-    venv_python = os.path.join(workdir, "venv", "bin", "python")
-    # The facts the play uses, from this round trip: it gathers none itself.
-    facts = DistributionFactCollector().collect(module=module)
-    facts.update(env=dict(os.environ), nodename=platform.node())
-    result = dict(changed=False, complete=False, key=None, up_to_date=False, reason="", manifest=None,
-                  manifest_sha256=None, wheelhouse_key=None, wheelhouse_current=False, plan=None,
-                  git=os.path.exists("/usr/bin/git"), ansible_facts=facts)
-
-    # The torch to build against: this run's first probe resolved it, or pip's dry run (_build.torch_info).
-    if (p["torch"] or {}).get("version"):
-        # Resolved by this run's first probe: pip's dry run would answer the same.
-        torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))
-    else:
-        torch = torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
-                                                venv_python=venv_python, pip_args=p["pip_args"]),
-                                   installed_first=_deepspeed_build.installed_torch)
-    python_bin = p["python"] if os.path.isabs(p["python"]) else module.get_bin_path(p["python"])
-    result["pip_python"] = venv_python if os.access(venv_python, os.X_OK) else python_bin
-    rc, out, err = module.run_command([python_bin, "-c", _deepspeed_build.PYTHON_PROBE])
-    if rc != 0:
-        module.fail_json(msg="deepspeed_build_python=%s: cannot run: %s" % (json.dumps(p["python"]), (err or out).strip()))
-    python = json.loads(out)
-    result["python"] = python
-    result["torch"] = {"version": torch["version"], "cuda": torch["cuda"]} if torch["resolved"] else {}
-    result["torch_reason"] = torch.get("reason", "")
-
-    if p["source_tree"]:
-        source = {"ready": True, "tree": p["source_tree"], "archive": "", "sha256": p["source_sha256"],
-                  "spec": p["source_spec"], "commit": p["source_commit"], "reason": ""}
-    else:
-        if p["source"] == "local" and not os.path.exists(p["local_path"]):
-            module.fail_json(msg="%s: deepspeed_build_local_path=%s: missing on the build host; valid: a DeepSpeed "
-                                 "source tarball or directory there" % (facts["nodename"], json.dumps(p["local_path"])))
-        try:
-            source = _deepspeed_build.find_source(p["source"], os.path.join(workdir, "src"), p["version"],
-                                                  p["local_path"], unpack=p["unpack"])
-        except _deepspeed_build.ArchiveError as exc:
-            module.fail_json(msg=str(exc))
-        result["changed"] = source.pop("unpacked")
-    if source["ready"]:
-        source["digest"] = _deepspeed_build.source_digest(source["tree"])
-        source["version"] = _deepspeed_build.read_version(source["tree"])
-    result["source"] = source
-    result["packages"] = _deepspeed_build.missing_packages(python, p["source"], p["ops"])
-
-    plan_params = _build_plan.defaults()
-    plan_params.update(accelerator=p["accelerator"], cuda_arch_list=p["cuda_arch_list"], ops=p["ops"],
-                       torch=result["torch"], torch_requirement=p["torch_requirement"], jobs=p["jobs"],
-                       env=p["env"], install_prerequisites=p["install_prerequisites"],
-                       deepspeed_version=source.get("version"))
-    torch_known = bool(result["torch"]) or p["accelerator"] != "auto"
-    if source["ready"] and torch_known:
-        plan_params["source_dir"] = source["tree"]
-    full = (source["ready"] and bool(result["torch"]) and bool(module.get_bin_path("gcc"))
-            and bool(module.get_bin_path("g++")))
-    plan_params["phase"] = "full" if full else "inputs"
-    result["plan"] = _build_plan.plan(module, plan_params)
-    if not full:
-        result["reason"] = ("source: %s" % source["reason"] if not source["ready"]
-                            else "torch: %s" % result["torch_reason"] if not result["torch"]
-                            else "no C compiler yet")
-        module.exit_json(**result)
-
-    key = _deepspeed_build.build_key(source["digest"], result["torch"], result["plan"], python, p["env"])
-    result.update(complete=True, key=key)
-    out_dir = os.path.join(workdir, "out")
-    found = _deepspeed_build.existing_wheel(out_dir, key)
-    result.update(up_to_date=found["up_to_date"], reason=found["reason"], manifest=found["manifest"],
-                  manifest_sha256=found["manifest_sha256"])
-    if found["manifest"] and p["wheelhouse"]:
-        result["wheelhouse_key"] = _deepspeed_build.wheelhouse_key(
-            os.path.basename(found["manifest_path"]), key, p["torch_requirement"], p["pip_args"])
-        result["wheelhouse_current"] = (_deepspeed_build.read_stamp(os.path.join(out_dir, "wheelhouse", ".stamp"))
-                                        == result["wheelhouse_key"])
-    module.exit_json(**result)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

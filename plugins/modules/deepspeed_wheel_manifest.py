@@ -94,84 +94,13 @@ published:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
-from ansible_collections.multinode.training.plugins.module_utils._build import ops as _deepspeed_ops
-from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 
-
-def wheel_tags(filename):
-    """deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl -> (cp311, cp311, linux_x86_64)."""
-    parts = filename[:-len(".whl")].split("-")
-    if len(parts) < 5:
-        raise ValueError("%s is not a wheel file name (name-version-python-abi-platform.whl)" % filename)
-    return parts[-3], parts[-2], parts[-1]
+from ansible_collections.multinode.training.plugins.module_utils._build.wheel_manifest import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            wheel=dict(type="path", required=True),
-            ops=dict(type="list", elements="dict", required=True),
-            build_log=dict(type="path"),
-            info=dict(type="dict", default={}),
-            wheelhouse_inputs=dict(type="dict"),
-            publish_to=dict(type="path"),
-            remove=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
-    wheel = module.params["wheel"]
-    if os.path.isdir(wheel):
-        wheel = _deepspeed_build.find_wheel(wheel) or os.path.join(wheel, "deepspeed-*.whl")
-    if not os.path.isfile(wheel):
-        module.fail_json(msg="no wheel at %s: the build did not produce one" % wheel)
-    log = ""
-    if module.params["build_log"] and os.path.isfile(module.params["build_log"]):
-        with open(module.params["build_log"], errors="replace") as handle:
-            log = handle.read()
-    try:
-        found = _deepspeed_ops.check_wheel(wheel, module.params["ops"], log)
-        python_tag, abi, platform = wheel_tags(os.path.basename(wheel))
-    except (_deepspeed_ops.OpsError, ValueError) as exc:
-        module.fail_json(msg=str(exc))
-
-    manifest = {"schema": _manifest.SCHEMA, "wheel": os.path.basename(wheel), "wheel_sha256": _manifest.sha256_file(wheel),
-                "wheel_size": os.path.getsize(wheel)}
-    manifest.update(module.params["info"])
-    manifest["python"] = dict(manifest.get("python") or {}, tag=python_tag, abi=abi, platform=platform)
-    ops = [dict(name=op["name"], builder=op["builder"], build_var=op["build_var"],
-                module=op["module"], file=found[op["name"]]) for op in module.params["ops"]]
-    if manifest.get("accelerator") == "cuda":
-        arch_list = [a for a in ((manifest.get("cuda") or {}).get("arch_list") or "").split(";") if a]
-        coverage, problems = _deepspeed_ops.wheel_gpu_coverage(wheel, found, arch_list)
-        if problems:
-            module.fail_json(msg="; ".join(problems), coverage=coverage)
-        for op in ops:
-            op["cuda"] = coverage[op["name"]]
-    manifest["ops"] = ops
-    path = _manifest.path_for(wheel)
-    found_problems = _manifest.problems(manifest, path)
-    if found_problems:
-        module.fail_json(msg="; ".join(found_problems), manifest=manifest)
-    changed = _manifest.write(path, manifest, module.check_mode)
-    result = dict(changed=changed, manifest=manifest, manifest_path=path,
-                  manifest_sha256=_manifest.sha256_text(_manifest.dumps(manifest)))
-    if module.params["publish_to"] and not module.check_mode:
-        try:
-            result["published"] = _deepspeed_build.publish(wheel, path, module.params["build_log"],
-                                                           module.params["publish_to"], module.params["remove"])
-        except (IOError, OSError) as exc:
-            module.fail_json(msg="cannot move the wheel into %s: %s" % (module.params["publish_to"], exc))
-        result.update(changed=True, manifest_path=result["published"]["manifest_path"])
-    inputs = module.params["wheelhouse_inputs"]
-    if inputs is not None:
-        result["wheelhouse_key"] = _deepspeed_build.wheelhouse_key(
-            os.path.basename(path), (manifest.get("build") or {}).get("key"),
-            inputs.get("torch_requirement"), inputs.get("pip_args") or [])
-    module.exit_json(**result)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -93,6 +93,44 @@ def defaults():
     return dict((k, v.get("default")) for k, v in ARGUMENT_SPEC.items())
 
 
+def cuda_arch_list(module, host, accelerator, explicit_arch, gpus, nvcc):
+    """TORCH_CUDA_ARCH_LIST for a cuda build: the explicit list or the GPUs' archs, each one nvcc can build; '' for cpu."""
+    if accelerator != "cuda":
+        return ""
+    try:
+        arch = explicit_arch if explicit_arch is not None else cuda_arch.auto_arch_list(gpus)
+    except cuda_arch.ArchListError as exc:
+        module.fail_json(msg=str(exc), gpus=gpus)
+    unsupported = cuda_arch.unsupported_archs(arch, nvcc)
+    if unsupported:
+        module.fail_json(msg="%s: %s" % (host, unsupported), nvcc=nvcc)
+    return ";".join(arch)
+
+
+def build_env(module, p, host, accelerator, arch_list, nvcc, jobs):
+    """The build's environment: accelerator, jobs, compilers; for cuda the arch list, CUDA_HOME and CPATH."""
+    cxx = module.get_bin_path(p["cxx"])
+    if not cxx:
+        module.fail_json(msg="C++ compiler %r not found on %s: the toolchain role installs it" % (p["cxx"], host))
+    env = {"DS_ACCELERATOR": accelerator, "MAX_JOBS": str(jobs), "DS_ENABLE_NINJA": "1",
+           "CC": module.get_bin_path(p["cc"]), "CXX": cxx}
+    if arch_list:
+        env["TORCH_CUDA_ARCH_LIST"] = arch_list
+        env["DS_NVCC_THREADS"] = str(min(jobs, 8))
+        env["CUDA_HOME"] = nvcc["cuda_home"]
+        if p["site_packages"]:
+            extra, missing, searched = _nvcc.cuda_include_dirs(nvcc["cuda_home"], p["site_packages"])
+            if missing:
+                module.fail_json(msg="%s: the CUDA headers %s are neither in the toolkit of nvcc %s nor in the "
+                                     "build venv's nvidia packages (searched %s): install the toolkit's dev "
+                                     "packages (libcublas-dev, libcusparse-dev, libcusolver-dev, libcurand-dev) "
+                                     "or a CUDA torch whose nvidia-* wheels carry them"
+                                     % (host, ", ".join(missing), nvcc["path"], ", ".join(searched)))
+            if extra:
+                env["CPATH"] = os.pathsep.join(extra + [d for d in os.environ.get("CPATH", "").split(os.pathsep) if d])
+    return env
+
+
 def plan(module, p):
     """The build plan as a result dict; refusals go through module.fail_json, naming the variable.
 
@@ -104,6 +142,7 @@ def plan(module, p):
         module.fail_json(msg="deepspeed_build_jobs=%d: must be 0 (all CPUs) or a positive count" % p["jobs"])
 
     # The arch list syntax is checked even for cpu builds: garbage is refused, never ignored.
+    explicit_arch = None
     if p["cuda_arch_list"] != "auto":
         try:
             explicit_arch = cuda_arch.parse_arch_list(p["cuda_arch_list"])
@@ -125,16 +164,7 @@ def plan(module, p):
         module.fail_json(msg=str(exc), nvcc=nvcc, torch=p["torch"])
 
     gpus = probe_gpus(module)
-    arch_list = ""
-    if accelerator == "cuda":
-        try:
-            arch = explicit_arch if p["cuda_arch_list"] != "auto" else cuda_arch.auto_arch_list(gpus)
-        except cuda_arch.ArchListError as exc:
-            module.fail_json(msg=str(exc), gpus=gpus)
-        unsupported = cuda_arch.unsupported_archs(arch, nvcc)
-        if unsupported:
-            module.fail_json(msg="%s: %s" % (host, unsupported), nvcc=nvcc)
-        arch_list = ";".join(arch)
+    arch_list = cuda_arch_list(module, host, accelerator, explicit_arch, gpus, nvcc)
 
     if p["phase"] == "inputs":
         result = dict(changed=False, nvcc=nvcc, accelerator=accelerator, arch_list=arch_list, gpus=gpus)
@@ -143,25 +173,7 @@ def plan(module, p):
         return result
     cpu, gcc_version = probe_cpu(module, p["cc"])
     jobs = p["jobs"] or usable_cpus()
-    cxx = module.get_bin_path(p["cxx"])
-    if not cxx:
-        module.fail_json(msg="C++ compiler %r not found on %s: the toolchain role installs it" % (p["cxx"], host))
-    env = {"DS_ACCELERATOR": accelerator, "MAX_JOBS": str(jobs), "DS_ENABLE_NINJA": "1",
-           "CC": module.get_bin_path(p["cc"]), "CXX": cxx}
-    if arch_list:
-        env["TORCH_CUDA_ARCH_LIST"] = arch_list
-        env["DS_NVCC_THREADS"] = str(min(jobs, 8))
-        env["CUDA_HOME"] = nvcc["cuda_home"]
-        if p["site_packages"]:
-            extra, missing, searched = _nvcc.cuda_include_dirs(nvcc["cuda_home"], p["site_packages"])
-            if missing:
-                module.fail_json(msg="%s: the CUDA headers %s are neither in the toolkit of nvcc %s nor in the "
-                                     "build venv's nvidia packages (searched %s): install the toolkit's dev "
-                                     "packages (libcublas-dev, libcusparse-dev, libcusolver-dev, libcurand-dev) "
-                                     "or a CUDA torch whose nvidia-* wheels carry them"
-                                     % (host, ", ".join(missing), nvcc["path"], ", ".join(searched)))
-            if extra:
-                env["CPATH"] = os.pathsep.join(extra + [d for d in os.environ.get("CPATH", "").split(os.pathsep) if d])
+    env = build_env(module, p, host, accelerator, arch_list, nvcc, jobs)
 
     result = dict(changed=False, accelerator=accelerator, arch_list=arch_list, gpus=gpus, nvcc=nvcc,
                   cpu=cpu, jobs=jobs, env=env,

@@ -1,0 +1,141 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The deepspeed_build_probe module's round trip: the build host's python, torch, source, plan and key,
+and whether the wheel (and its wheelhouse) for that key is already built.
+
+plugins/modules/deepspeed_build_probe.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``.
+The decisions are _build/deepspeed.py (source, key, existing wheel), _build/torch_info.py and _build/plan.py.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+
+from ansible.module_utils.facts.system.distribution import DistributionFactCollector
+from ansible_collections.multinode.training.plugins.module_utils._build import plan as _build_plan
+from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._build import torch_info
+
+ARGUMENT_SPEC = dict(
+    source=dict(type="str", default="pypi", choices=["pypi", "git", "local"]),
+    version=dict(type="str", required=True),
+    local_path=dict(type="str", default=""),
+    source_tree=dict(type="str", default=""),
+    source_spec=dict(type="str", default=""),
+    source_sha256=dict(type="str"),
+    source_commit=dict(type="str"),
+    unpack=dict(type="bool", default=False),
+    torch=dict(type="dict", default={}),
+    workdir=dict(type="path", required=True),
+    python=dict(type="str", default="python3"),
+    torch_requirement=dict(type="str", required=True),
+    pip_args=dict(type="list", elements="str", default=[]),
+    accelerator=dict(type="str", default="auto", choices=["auto", "cuda", "cpu"]),
+    cuda_arch_list=dict(type="str", default="auto"),
+    ops=dict(type="list", elements="str", default=[]),
+    jobs=dict(type="int", default=0),
+    env=dict(type="dict", default={}),
+    install_prerequisites=dict(type="bool", default=True),
+    wheelhouse=dict(type="bool", default=True),
+)
+
+
+def probe_python(module, venv_python, result):
+    """The torch to build against and the build python's facts, into result; returns the python facts."""
+    p = module.params
+    # The torch to build against: this run's first probe resolved it, or pip's dry run (_build.torch_info).
+    if (p["torch"] or {}).get("version"):
+        # Resolved by this run's first probe: pip's dry run would answer the same.
+        torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))
+    else:
+        torch = torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
+                                                venv_python=venv_python, pip_args=p["pip_args"]),
+                                   installed_first=_deepspeed_build.installed_torch)
+    python_bin = p["python"] if os.path.isabs(p["python"]) else module.get_bin_path(p["python"])
+    result["pip_python"] = venv_python if os.access(venv_python, os.X_OK) else python_bin
+    rc, out, err = module.run_command([python_bin, "-c", _deepspeed_build.PYTHON_PROBE])
+    if rc != 0:
+        module.fail_json(msg="deepspeed_build_python=%s: cannot run: %s" % (json.dumps(p["python"]), (err or out).strip()))
+    python = json.loads(out)
+    result["python"] = python
+    result["torch"] = {"version": torch["version"], "cuda": torch["cuda"]} if torch["resolved"] else {}
+    result["torch_reason"] = torch.get("reason", "")
+    return python
+
+
+def probe_source(module, nodename, result):
+    """The DeepSpeed source: given by an earlier step, or found (and unpacked) under workdir/src."""
+    p = module.params
+    if p["source_tree"]:
+        source = {"ready": True, "tree": p["source_tree"], "archive": "", "sha256": p["source_sha256"],
+                  "spec": p["source_spec"], "commit": p["source_commit"], "reason": ""}
+    else:
+        if p["source"] == "local" and not os.path.exists(p["local_path"]):
+            module.fail_json(msg="%s: deepspeed_build_local_path=%s: missing on the build host; valid: a DeepSpeed "
+                                 "source tarball or directory there" % (nodename, json.dumps(p["local_path"])))
+        try:
+            source = _deepspeed_build.find_source(p["source"], os.path.join(p["workdir"], "src"), p["version"],
+                                                  p["local_path"], unpack=p["unpack"])
+        except _deepspeed_build.ArchiveError as exc:
+            module.fail_json(msg=str(exc))
+        result["changed"] = source.pop("unpacked")
+    if source["ready"]:
+        source["digest"] = _deepspeed_build.source_digest(source["tree"])
+        source["version"] = _deepspeed_build.read_version(source["tree"])
+    result["source"] = source
+    return source
+
+
+def probe_plan(module, source, result):
+    """The build plan, full when source, torch and a C/C++ compiler are there; returns whether it is full."""
+    p = module.params
+    plan_params = _build_plan.defaults()
+    plan_params.update(accelerator=p["accelerator"], cuda_arch_list=p["cuda_arch_list"], ops=p["ops"],
+                       torch=result["torch"], torch_requirement=p["torch_requirement"], jobs=p["jobs"],
+                       env=p["env"], install_prerequisites=p["install_prerequisites"],
+                       deepspeed_version=source.get("version"))
+    torch_known = bool(result["torch"]) or p["accelerator"] != "auto"
+    if source["ready"] and torch_known:
+        plan_params["source_dir"] = source["tree"]
+    full = (source["ready"] and bool(result["torch"]) and bool(module.get_bin_path("gcc"))
+            and bool(module.get_bin_path("g++")))
+    plan_params["phase"] = "full" if full else "inputs"
+    result["plan"] = _build_plan.plan(module, plan_params)
+    if not full:
+        result["reason"] = ("source: %s" % source["reason"] if not source["ready"]
+                            else "torch: %s" % result["torch_reason"] if not result["torch"]
+                            else "no C compiler yet")
+    return full
+
+
+def probe_built(module, source, python, result):
+    """The build key, and the wheel (and wheelhouse) already built for it under workdir/out."""
+    p = module.params
+    key = _deepspeed_build.build_key(source["digest"], result["torch"], result["plan"], python, p["env"])
+    result.update(complete=True, key=key)
+    out_dir = os.path.join(p["workdir"], "out")
+    found = _deepspeed_build.existing_wheel(out_dir, key)
+    result.update(up_to_date=found["up_to_date"], reason=found["reason"], manifest=found["manifest"],
+                  manifest_sha256=found["manifest_sha256"])
+    if found["manifest"] and p["wheelhouse"]:
+        result["wheelhouse_key"] = _deepspeed_build.wheelhouse_key(
+            os.path.basename(found["manifest_path"]), key, p["torch_requirement"], p["pip_args"])
+        result["wheelhouse_current"] = (_deepspeed_build.read_stamp(os.path.join(out_dir, "wheelhouse", ".stamp"))
+                                        == result["wheelhouse_key"])
+
+
+def run_module(module):
+    venv_python = os.path.join(module.params["workdir"], "venv", "bin", "python")
+    # The facts the play uses, from this round trip: it gathers none itself.
+    facts = DistributionFactCollector().collect(module=module)
+    facts.update(env=dict(os.environ), nodename=platform.node())
+    result = dict(changed=False, complete=False, key=None, up_to_date=False, reason="", manifest=None,
+                  manifest_sha256=None, wheelhouse_key=None, wheelhouse_current=False, plan=None,
+                  git=os.path.exists("/usr/bin/git"), ansible_facts=facts)
+    python = probe_python(module, venv_python, result)
+    source = probe_source(module, facts["nodename"], result)
+    result["packages"] = _deepspeed_build.missing_packages(python, module.params["source"], module.params["ops"])
+    if probe_plan(module, source, result):
+        probe_built(module, source, python, result)
+    module.exit_json(**result)
