@@ -312,7 +312,7 @@ def open_regular(path, dir_fd=None):
     return fd, st
 
 
-def _read(path, size=0):
+def read_bytes(path, size=0):
     """A regular file's bytes (its last ``size`` bytes where ``size`` > 0); b"" when there is none, or
     a link or a FIFO stands at its name (``open_regular``)."""
     fd, st = open_regular(path)
@@ -335,7 +335,7 @@ def _read(path, size=0):
 
 def _read_json(path):
     try:
-        return json.loads(_read(path).decode("utf-8", "replace") or "null")
+        return json.loads(read_bytes(path).decode("utf-8", "replace") or "null")
     except ValueError:
         return None
 
@@ -348,7 +348,7 @@ def _write_json(path, data):
 
 
 def _alive(pid):
-    stat = _read("/proc/%d/stat" % pid)
+    stat = read_bytes("/proc/%d/stat" % pid)
     if not stat:
         return False
     try:
@@ -363,7 +363,7 @@ def job_pids(job_id, job_dir, exclude=()):
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) in exclude or int(name) == os.getpid():
             continue
-        environ = _read("/proc/%s/environ" % name).split(b"\0")
+        environ = read_bytes("/proc/%s/environ" % name).split(b"\0")
         if all(m in environ for m in markers) and _alive(int(name)):
             found.append(int(name))
     return found
@@ -471,8 +471,8 @@ def rank_dirs(job_dir):
 
 
 def read_tail(path, size=16384):
-    """The last ``size`` bytes of a file as text ('' when it cannot be read; a link or a FIFO: ``_read``)."""
-    return _read(path, size).decode("utf-8", "replace")
+    """The last ``size`` bytes of a file as text ('' when it cannot be read; a link or a FIFO: ``read_bytes``)."""
+    return read_bytes(path, size).decode("utf-8", "replace")
 
 
 def rank0_line(job_dir):
@@ -659,7 +659,7 @@ class Watcher(object):
         for root, _dirs, files in os.walk(base):
             if os.path.basename(root) == str(failure.get("local_rank")) and "stderr.log" in files and \
                     os.path.basename(os.path.dirname(root)) == "attempt_%s" % failure.get("restart", 0):
-                return last_exception_line(_read(os.path.join(root, "stderr.log")).decode("utf-8", "replace"))
+                return last_exception_line(read_bytes(os.path.join(root, "stderr.log")).decode("utf-8", "replace"))
         return None
 
     def kill_local(self, workers_only=False):

@@ -22,9 +22,9 @@ import tempfile
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import (  # noqa: F401 (one place)
-    _read,
     open_regular,
     rank_dirs,
+    read_bytes,
 )
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     is_peer_error,
@@ -39,8 +39,8 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
 
 def read_text(path):
     """A file of the job directory as text ('' when it cannot be read; never through a link, never
-    a FIFO: ``_node.watch._read``)."""
-    return _read(path).decode("utf-8", "replace")
+    a FIFO: ``_node.watch.read_bytes``)."""
+    return read_bytes(path).decode("utf-8", "replace")
 
 
 def read_json(path):

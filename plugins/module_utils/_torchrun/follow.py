@@ -79,7 +79,7 @@ def watch_conf(params, job_id, host):
 
 def new_file(dir_fd, name, mode, owner=None, text=None, flags=0):
     """A new file ``name`` in the directory open as ``dir_fd`` (the job directory, while it is still
-    root's alone: ``_torchrun.job.make_job_dir``), with ``mode`` and ``owner`` (uid, gid) set through
+    root's alone: ``_torchrun.jobdir.make_job_dir``), with ``mode`` and ``owner`` (uid, gid) set through
     the open file, opened with ``flags`` too (O_APPEND for a log); ``text`` written and the file
     closed -> None, else -> its open descriptor.
 

@@ -1,6 +1,6 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Processes of a torchrun job on this node: find them, stop them, ship the supervisor.
+"""Processes of a torchrun job on this node: start them (``spawn``), find them, stop them, ship the supervisor.
 
 Every process of a job carries ``MULTINODE_TRAINING_JOB=<job id>`` in its
 environment (the module sets it; torchrun and its workers inherit it). torchrun
@@ -28,8 +28,11 @@ from ansible_collections.multinode.training.plugins.module_utils._node.superviso
     settled_environ,
 )
 
-__all__ = ["GONE", "alive", "describe", "find_job_processes", "leads_the_job", "process_state", "stop_job",
-           "supervisor_source"]
+__all__ = ["GONE", "alive", "describe", "find_job_processes", "job_alive", "leads_the_job", "process_state", "spawn",
+           "stop_job", "supervisor_source"]
+# Right after the spawn /proc may still show the pre-exec environment, without the job
+# marker: within these seconds a live supervisor pid is taken as the supervisor.
+SPAWN_SETTLE = 10.0
 
 
 def supervisor_source():
@@ -102,3 +105,48 @@ def stop_job(job_id, pgid=None, grace=15.0, proc="/proc", exclude=(), job_dir=No
             _signal(pid, signal.SIGKILL)
         time.sleep(0.3)
     return sorted(signalled), find_job_processes(job_id, proc, exclude, job_dir)
+
+
+def job_alive(pid, job_id, job_dir, started=None, proc="/proc", now=None):
+    """The supervisor still runs (and the pid was not reused by something else)."""
+    if not alive(pid, proc):
+        return False
+    if started and (now or time.time()) - started < SPAWN_SETTLE:
+        return True
+    return pid in find_job_processes(job_id, proc=proc, job_dir=job_dir)
+
+
+def spawn(argv, env, out_fd, account, umask=0o027):
+    """Start argv detached: new session, stdin /dev/null, stdout+stderr to out_fd, as ``account``
+    (uid, gid, supplementary groups) when given, umask 027; returns its pid. Nobody waits for it."""
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: only async-signal-safe work until exec
+        try:
+            os.close(err_r)
+            os.setsid()
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(out_fd, 1)
+            os.dup2(out_fd, 2)
+            os.set_inheritable(err_w, False)
+            os.closerange(3, err_w)
+            os.closerange(err_w + 1, 65536)
+            if account:
+                os.setgroups(account["groups"])
+                os.setgid(account["gid"])
+                os.setuid(account["uid"])
+            os.umask(umask)
+            os.execve(argv[0], argv, env)
+        except OSError as exc:
+            os.write(err_w, str(exc).encode("utf-8", "replace"))
+        finally:
+            os._exit(127)
+    os.close(err_w)
+    # The pipe closes on exec (close-on-exec); anything written means the child never got there.
+    message = os.read(err_r, 4096)
+    os.close(err_r)
+    if message:
+        os.waitpid(pid, 0)
+        raise OSError(message.decode("utf-8", "replace"))
+    return pid

@@ -1,5 +1,5 @@
-"""Unit tests for plugins/module_utils/_torchrun/job.py (the torchrun module's job logic) and
-_node.torchrun/collect.py, on recorded job directories.
+"""Unit tests for plugins/module_utils/_torchrun/ (the torchrun module's job logic: start.py, jobdir.py,
+firewall.py, proc.py, wait.py, collect.py), on recorded job directories.
 
 tests/fixtures/torchrun/jobs/ holds two job directories copied from real runs of
 `ansible-playbook train.yml --skip-tags prepare,nccl` (embedded default: one node,
@@ -18,7 +18,11 @@ import time
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils._node import watch as _watch
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import firewall, jobdir, proc
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import start as start_mod
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import wait as wait_mod
 from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import TorchrunError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, rank_dirs, read_json
@@ -87,13 +91,13 @@ def _collected(name):
 
 def test_verdict_success():
     job, job_dir, data, result = _collected("ok_1node")
-    assert job_mod.verdict(job, "vm", job_dir, result, data, False, False, 3600, 30) == (False, None, None)
+    assert wait_mod.verdict(job, "vm", job_dir, result, data, False, False, 3600, 30) == (False, None, None)
     assert result["exit_barrier_abandoned"] is False
 
 
 def test_verdict_failure_message_names_rank_and_error():
     job, job_dir, data, result = _collected("fail_rank1")
-    failed, msg, warning = job_mod.verdict(job, "vm", job_dir, result, data, False, False, 3600, 30)
+    failed, msg, warning = wait_mod.verdict(job, "vm", job_dir, result, data, False, False, 3600, 30)
     assert failed and warning is None
     assert msg == ("job fixture-fail-1 failed on vm: rank 1 (local_rank 1) on vm exited 1: "
                    "RuntimeError: injected failure on rank 1 at step 1")
@@ -101,14 +105,14 @@ def test_verdict_failure_message_names_rank_and_error():
 
 def test_verdict_missing_result_names_supervisor_and_log():
     job, job_dir, _data, result = _collected("ok_1node")
-    failed, msg, _warning = job_mod.verdict(job, "vm", job_dir, result, None, False, False, 3600, 30)
+    failed, msg, _warning = wait_mod.verdict(job, "vm", job_dir, result, None, False, False, 3600, 30)
     assert failed and "supervisor (pid %s) ended without recording a result" % job["pid"] in msg
     assert msg.endswith(job_dir + "/torchrun.log")
 
 
 def test_verdict_gave_up_is_a_timeout():
     job, job_dir, data, result = _collected("ok_1node")
-    failed, msg, _warning = job_mod.verdict(job, "vm", job_dir, result, None, True, False, 60, 30)
+    failed, msg, _warning = wait_mod.verdict(job, "vm", job_dir, result, None, True, False, 60, 30)
     assert failed and msg == "job fixture-ok-14063 timed out after 60s on vm and was stopped"
     assert result["timed_out"] is True
 
@@ -118,21 +122,21 @@ def test_verdict_abandoned_barrier_without_failures_is_success_with_warning():
     result.update(rc=-15, stopped=True)
     for entry in result["ranks"]:
         entry.update(state="terminated", exitcode=-15)
-    failed, msg, warning = job_mod.verdict(job, "vm", job_dir, result, data, False, True, 3600, 30)
+    failed, msg, warning = wait_mod.verdict(job, "vm", job_dir, result, data, False, True, 3600, 30)
     assert not failed and msg is None and "exit barrier was abandoned after 30s" in warning
     assert result["rc"] == 0 and {r["state"] for r in result["ranks"]} == {"succeeded"}
 
 
 def test_verdict_abandoned_barrier_with_a_failure_still_fails():
     job, job_dir, data, result = _collected("fail_rank1")
-    failed, msg, warning = job_mod.verdict(job, "vm", job_dir, result, data, False, True, 3600, 30)
+    failed, msg, warning = wait_mod.verdict(job, "vm", job_dir, result, data, False, True, 3600, 30)
     assert failed and "injected failure" in msg and warning is None
 
 
 def test_verdict_stopped_without_failures():
     job, job_dir, data, result = _collected("ok_1node")
     result.update(rc=-15, stopped=True)
-    failed, msg, _warning = job_mod.verdict(job, "vm", job_dir, result, dict(data, rc=-15), False, False, 0, 30)
+    failed, msg, _warning = wait_mod.verdict(job, "vm", job_dir, result, dict(data, rc=-15), False, False, 0, 30)
     assert failed and msg == "job fixture-ok-14063 was stopped on vm (rc -15)"
 
 
@@ -141,7 +145,7 @@ def test_verdict_stopped_without_failures():
 def test_build_env_files_then_env_then_markers(tmp_path):
     extra = tmp_path / "extra.env"
     extra.write_text("NCCL_DEBUG=WARN\nHF_TOKEN=s3cr3t\n")
-    env, secrets = job_mod.build_env([str(FIXTURES / "torchrun" / "nccl.env"), str(extra)],
+    env, secrets = start_mod.build_env([str(FIXTURES / "torchrun" / "nccl.env"), str(extra)],
                                      {"A": 1, "B": None, "API_KEY": "k"}, "j1", "/logs/j1",
                                      {"PATH": "/usr/bin", "NCCL_DEBUG": "TRACE"})
     assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
@@ -159,20 +163,20 @@ def test_build_env_reads_an_env_file_that_is_a_link(tmp_path):
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "env").write_text("HF_TOKEN=s3cr3t\n")
     os.symlink(str(tmp_path / "data" / "env"), str(tmp_path / "secret.env"))
-    env, secrets = job_mod.build_env([str(tmp_path / "secret.env")], {}, "j1", "/logs/j1", {})
+    env, secrets = start_mod.build_env([str(tmp_path / "secret.env")], {}, "j1", "/logs/j1", {})
     assert env["HF_TOKEN"] == "s3cr3t" and secrets == ["s3cr3t"]
 
 
 def test_build_env_keeps_a_loglevel_the_user_set():
-    env, secrets = job_mod.build_env([], {"LOGLEVEL": "WARNING"}, "j", "/d", {"PYTHONUNBUFFERED": "0"})
+    env, secrets = start_mod.build_env([], {"LOGLEVEL": "WARNING"}, "j", "/d", {"PYTHONUNBUFFERED": "0"})
     assert env["LOGLEVEL"] == "WARNING" and env["PYTHONUNBUFFERED"] == "0" and secrets == []
 
 
 def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():
     # pytorch #135712: a restarted group reads the previous group's keys from the shared store.
-    static = job_mod.build_env([], {}, "j", "/d", {})[0]
-    restartable = job_mod.build_env([], {}, "j", "/d", {}, max_restarts=2)[0]
-    user_choice = job_mod.build_env([], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "j", "/d", {},
+    static = start_mod.build_env([], {}, "j", "/d", {})[0]
+    restartable = start_mod.build_env([], {}, "j", "/d", {}, max_restarts=2)[0]
+    user_choice = start_mod.build_env([], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "j", "/d", {},
                                     max_restarts=2)[0]
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in static
     assert restartable["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
@@ -181,13 +185,13 @@ def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():
 
 def test_build_env_refuses_missing_file_and_bad_names(tmp_path):
     with pytest.raises(TorchrunError, match="env_files: /nonexistent.env does not exist"):
-        job_mod.build_env(["/nonexistent.env"], {}, "j", "/d", {})
+        start_mod.build_env(["/nonexistent.env"], {}, "j", "/d", {})
     bad = tmp_path / "bad.env"
     bad.write_text("this is not an assignment\n")
     with pytest.raises(TorchrunError, match="^env_files: .*bad.env"):
-        job_mod.build_env([str(bad)], {}, "j", "/d", {})
+        start_mod.build_env([str(bad)], {}, "j", "/d", {})
     with pytest.raises(TorchrunError, match="is not a variable name"):
-        job_mod.build_env([], {"BAD KEY": "1"}, "j", "/d", {})
+        start_mod.build_env([], {"BAD KEY": "1"}, "j", "/d", {})
 
 
 @pytest.mark.parametrize("fixture, expected", [
@@ -195,21 +199,21 @@ def test_build_env_refuses_missing_file_and_bad_names(tmp_path):
 ])
 def test_gpu_count_from_nvidia_smi(fixture, expected):
     text = (FIXTURES / "torchrun" / fixture).read_text()
-    assert job_mod.gpu_count(0, text, proc_gpus="/nonexistent") == expected
+    assert start_mod.gpu_count(0, text, proc_gpus="/nonexistent") == expected
 
 
 def test_gpu_count_falls_back_to_the_driver_then_zero(tmp_path):
     for name in ("0000:3b:00.0", "0000:5e:00.0"):
         (tmp_path / name).mkdir()
-    assert job_mod.gpu_count(None, "", proc_gpus=str(tmp_path)) == 2
-    assert job_mod.gpu_count(9, "garbage", proc_gpus=str(tmp_path / "none")) == 0
+    assert start_mod.gpu_count(None, "", proc_gpus=str(tmp_path)) == 2
+    assert start_mod.gpu_count(9, "garbage", proc_gpus=str(tmp_path / "none")) == 0
 
 
 def test_supervisor_and_keeper_argv():
-    argv = job_mod.supervisor_argv("/venv/bin/python", "/logs/j", "j", 60, 15, "", ["/venv/bin/python", "-m", "x"])
+    argv = jobdir.supervisor_argv("/venv/bin/python", "/logs/j", "j", 60, 15, "", ["/venv/bin/python", "-m", "x"])
     assert argv == ["/venv/bin/python", "/logs/j/supervisor.py", "/logs/j", "j", "60", "15", "/logs/j", "--",
                     "/venv/bin/python", "-m", "x"]
-    keeper = job_mod.keeper_argv("/usr/bin/python3", "/usr/sbin/nft", 42, "/logs/j/result.json", 60, "r", "d")
+    keeper = firewall.keeper_argv("/usr/bin/python3", "/usr/sbin/nft", 42, "/logs/j/result.json", 60, "r", "d")
     # root's keeper never runs a file of the job directory (its user may write there)
     assert keeper[:3] == ["/usr/bin/python3", "-I", "-c"] and "def keep(" in keeper[3]
     assert keeper[4:] == ["keep", "/usr/sbin/nft", "42", "/logs/j/result.json", "60", "r", "d"]
@@ -217,7 +221,7 @@ def test_supervisor_and_keeper_argv():
 
 def test_write_json_is_atomic_and_sets_mode(tmp_path):
     path = str(tmp_path / "job.json")
-    job_mod.write_json(path, {"b": 1, "a": 2}, 0o640)
+    jobdir.write_json(path, {"b": 1, "a": 2}, 0o640)
     assert json.load(open(path)) == {"a": 2, "b": 1}
     assert oct(os.stat(path).st_mode & 0o777) == "0o640" and not os.path.exists(path + ".tmp")
 
@@ -225,8 +229,8 @@ def test_write_json_is_atomic_and_sets_mode(tmp_path):
 def test_read_tail(tmp_path):
     path = tmp_path / "log"
     path.write_text("x" * 100 + "END")
-    assert job_mod.read_tail(str(path), 3) == "END"
-    assert job_mod.read_tail(str(tmp_path / "missing")) == ""
+    assert _watch.read_tail(str(path), 3) == "END"
+    assert _watch.read_tail(str(tmp_path / "missing")) == ""
 
 
 # ------------------------------------------------------------------ liveness and waiting (real processes)
@@ -257,24 +261,24 @@ def test_job_alive(tmp_path):
     popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         _visible(popen, job_id, job_dir)
-        assert job_mod.job_alive(popen.pid, job_id, job_dir)
-        assert not job_mod.job_alive(popen.pid, job_id, job_dir + "-other")  # the pid is not this job's
+        assert proc.job_alive(popen.pid, job_id, job_dir)
+        assert not proc.job_alive(popen.pid, job_id, job_dir + "-other")  # the pid is not this job's
         # a live pid without the marker counts only right after the spawn
         other = os.getpid()
-        assert job_mod.job_alive(other, job_id, job_dir, started=time.time())
-        assert not job_mod.job_alive(other, job_id, job_dir, started=time.time() - 60)
+        assert proc.job_alive(other, job_id, job_dir, started=time.time())
+        assert not proc.job_alive(other, job_id, job_dir, started=time.time() - 60)
     finally:
         os.killpg(popen.pid, 15)
         popen.wait(timeout=20)
-    assert not job_mod.job_alive(popen.pid, job_id, job_dir)
-    assert not job_mod.job_alive(None, job_id, job_dir)
+    assert not proc.job_alive(popen.pid, job_id, job_dir)
+    assert not proc.job_alive(None, job_id, job_dir)
 
 
 def test_wait_for_end_returns_at_once_for_a_recorded_finished_job(tmp_path):
     job_dir = job_copy(tmp_path, "ok_1node")
     job = load(job_dir, "job.json")
     started = time.time()
-    assert job_mod.wait_for_end(job["job_id"], job_dir, job, 3600, 15, 30) == (False, False)
+    assert wait_mod.wait_for_end(job["job_id"], job_dir, job, 3600, 15, 30) == (False, False)
     assert time.time() - started < 1
 
 
@@ -288,7 +292,7 @@ def test_wait_for_end_abandons_the_exit_barrier_when_local_ranks_succeeded(tmp_p
     try:
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
         began = time.time()
-        assert job_mod.wait_for_end(job_id, job_dir, job, 0, 1, 1, poll=0.1) == (False, True)
+        assert wait_mod.wait_for_end(job_id, job_dir, job, 0, 1, 1, poll=0.1) == (False, True)
         assert time.time() - began < 15
         popen.wait(timeout=20)
     finally:
@@ -307,7 +311,7 @@ def test_wait_for_end_gives_up_after_the_deadline(tmp_path):
         # started long ago: timeout 1 + grace 1 + 30 s of slack are over
         _visible(popen, job_id, job_dir)
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
-        assert job_mod.wait_for_end(job_id, job_dir, job, 1, 1, 30, poll=0.1) == (True, False)
+        assert wait_mod.wait_for_end(job_id, job_dir, job, 1, 1, 30, poll=0.1) == (True, False)
         popen.wait(timeout=20)
     finally:
         if popen.poll() is None:
@@ -326,7 +330,7 @@ def test_write_json_never_writes_through_links_the_account_planted(tmp_path):
     os.symlink(str(victim), path + ".tmp")
     os.symlink(str(victim), path)
     owner = (os.getuid(), os.getgid()) if os.geteuid() != 0 else (65534, 65534)
-    job_mod.write_json(path, {"rc": None}, 0o640, owner)
+    jobdir.write_json(path, {"rc": None}, 0o640, owner)
     assert not os.path.islink(path) and read_json(path) == {"rc": None}
     st = os.stat(path)
     assert (st.st_uid, st.st_gid) == owner and st.st_mode & 0o777 == 0o640
@@ -343,8 +347,8 @@ def test_a_stop_writes_no_result_into_a_link_that_replaced_the_job_directory(tmp
     elsewhere.mkdir()
     job_dir = str(tmp_path / "job")
     os.symlink(str(elsewhere), job_dir)
-    assert job_mod._real_directory(job_dir) is None
-    assert job_mod._real_directory(str(elsewhere)) is not None
+    assert jobdir.real_directory(job_dir) is None
+    assert jobdir.real_directory(str(elsewhere)) is not None
 
     class Module(object):
         check_mode = False
@@ -360,7 +364,7 @@ def test_a_stop_writes_no_result_into_a_link_that_replaced_the_job_directory(tmp
 
     job = {"job_id": "gone-%d" % os.getpid(), "start": time.time() - 5}
     with pytest.raises(SystemExit):
-        job_mod.stop(Module(), job["job_id"], job_dir, job, {}, "node1")
+        wait_mod.stop(Module(), job["job_id"], job_dir, job, {}, "node1")
     assert os.listdir(str(elsewhere)) == []
 
 
@@ -370,7 +374,7 @@ def test_write_json_keeps_owner_and_mode_across_rewrites(tmp_path):
     path = str(tmp_path / "job.json")
     owner = (os.getuid(), os.getgid()) if os.geteuid() != 0 else (65534, 65534)
     for data in ({"pid": 1}, {"pid": 1, "watch_pid": 2}):
-        job_mod.write_json(path, data, 0o640, owner)
+        jobdir.write_json(path, data, 0o640, owner)
         st = os.stat(path)
         assert (st.st_uid, st.st_gid) == owner and st.st_mode & 0o777 == 0o640
         assert read_json(path) == data
@@ -379,11 +383,11 @@ def test_write_json_keeps_owner_and_mode_across_rewrites(tmp_path):
 
 def test_guarded_ports_rendezvous_and_the_hub_watch_port():
     argv = ["python", "-m", "torch.distributed.run", "--rdzv_endpoint", "10.0.0.1:29400", "x.py"]
-    assert job_mod.guarded_ports(argv, {"hub": True, "port": 29401}) == [29400, 29401]
+    assert firewall.guarded_ports(argv, {"hub": True, "port": 29401}) == [29400, 29401]
     # Only the hub listens on the watch port.
-    assert job_mod.guarded_ports(argv, {"hub": False, "port": 29401}) == [29400]
-    assert job_mod.guarded_ports(argv, None) == [29400]
-    assert job_mod.guarded_ports(["x.py"], None) == []
+    assert firewall.guarded_ports(argv, {"hub": False, "port": 29401}) == [29400]
+    assert firewall.guarded_ports(argv, None) == [29400]
+    assert firewall.guarded_ports(["x.py"], None) == []
 
 
 # ------------------------------------------------------------------ root in the account's directories
@@ -400,7 +404,7 @@ def _owner():
 
 def test_make_job_dir_is_new_root_only_and_refuses_a_reused_id(tmp_path):
     job_dir = str(tmp_path / "logs" / "j1")  # log_dir made when missing
-    fd = job_mod.make_job_dir(job_dir)
+    fd = jobdir.make_job_dir(job_dir)
     try:
         st = os.fstat(fd)
         assert st.st_uid == os.geteuid() and st.st_mode & 0o777 == 0o700
@@ -408,11 +412,11 @@ def test_make_job_dir_is_new_root_only_and_refuses_a_reused_id(tmp_path):
     finally:
         os.close(fd)
     with pytest.raises(FileExistsError):
-        job_mod.make_job_dir(job_dir)
+        jobdir.make_job_dir(job_dir)
     # a link planted at the name beforehand is not followed (mkdir does not create through it)
     os.symlink(str(tmp_path), str(tmp_path / "logs" / "j2"))
     with pytest.raises(FileExistsError):
-        job_mod.make_job_dir(str(tmp_path / "logs" / "j2"))
+        jobdir.make_job_dir(str(tmp_path / "logs" / "j2"))
 
 
 @pytest.mark.parametrize("swap", ["link", "other_owner"])
@@ -435,9 +439,9 @@ def test_make_job_dir_refuses_a_directory_replaced_while_it_was_made(tmp_path, m
             real_mkdir(path, 0o700)
             os.chown(path, *ACCOUNT)
 
-    monkeypatch.setattr(job_mod.os, "mkdir", mkdir_then_swap)
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
     with pytest.raises(OSError):
-        job_mod.make_job_dir(job_dir)
+        jobdir.make_job_dir(job_dir)
     assert os.listdir(str(victim)) == []
 
 
@@ -449,23 +453,23 @@ def test_fill_job_dir_writes_nothing_through_a_name_swapped_for_a_link(tmp_path)
     (victim / "passwd").write_text("root:x:0:0\n")
     before = os.stat(str(victim))
     job_dir = str(tmp_path / "job")
-    fd = job_mod.make_job_dir(job_dir)
+    fd = jobdir.make_job_dir(job_dir)
     try:
         os.rename(job_dir, job_dir + ".moved")
         os.symlink(str(victim), job_dir)
         params = {"watch": {"node": "n1", "token": "t" * 32}, "nnodes": "1", "max_restarts": 0}
-        log_fd, watch_fd = job_mod.fill_job_dir(fd, params, "j", "n1", _owner())
+        log_fd, watch_fd = jobdir.fill_job_dir(fd, params, "j", "n1", _owner())
         os.close(log_fd)
         os.close(watch_fd)
-        job_mod.write_json(os.path.join(job_dir, "job.json"), {"pid": 1}, 0o640, _owner(), fd)
+        jobdir.write_json(os.path.join(job_dir, "job.json"), {"pid": 1}, 0o640, _owner(), fd)
     finally:
         os.close(fd)
     assert sorted(os.listdir(str(victim))) == ["passwd"]
     assert (os.stat(str(victim)).st_uid, os.stat(str(victim)).st_mode) == (before.st_uid, before.st_mode)
     made = job_dir + ".moved"
-    assert sorted(os.listdir(made)) == sorted(["exits", "job.json", "lease", job_mod.RANK_WRAPPER,
-                                               job_mod.SUPERVISOR_FILE, "torchrun.log", "watch.json", "watch.log",
-                                               job_mod.WATCHER])
+    assert sorted(os.listdir(made)) == sorted(["exits", "job.json", "lease", fol.RANK_WRAPPER,
+                                               jobdir.SUPERVISOR_FILE, "torchrun.log", "watch.json", "watch.log",
+                                               fol.WATCHER])
     uid = _owner()[0] if _owner() else os.geteuid()
     assert os.stat(made).st_uid == uid and os.stat(made).st_mode & 0o777 == 0o750
     assert all(os.lstat(os.path.join(made, n)).st_uid == uid for n in os.listdir(made))
@@ -479,7 +483,7 @@ def test_write_json_writes_nothing_into_a_job_directory_that_became_a_link(tmp_p
     job_dir = tmp_path / "job"
     os.symlink(str(victim), str(job_dir))
     with pytest.raises(OSError):
-        job_mod.write_json(str(job_dir / "job.json"), {"pid": 1}, 0o640, _owner())
+        jobdir.write_json(str(job_dir / "job.json"), {"pid": 1}, 0o640, _owner())
     assert os.listdir(str(victim)) == []
 
 
@@ -492,9 +496,9 @@ def test_job_files_are_read_without_following_a_link_or_waiting_on_a_fifo(tmp_pa
     os.symlink(str(secret), str(job_dir / "torchrun.log"))
     os.mkfifo(str(job_dir / "stderr.log"))
     (job_dir / "result.json").write_text('{"rc": 0}')
-    assert read_text(str(job_dir / "torchrun.log")) == "" and job_mod.read_tail(str(job_dir / "torchrun.log")) == ""
+    assert read_text(str(job_dir / "torchrun.log")) == "" and _watch.read_tail(str(job_dir / "torchrun.log")) == ""
     began = time.time()
-    assert read_text(str(job_dir / "stderr.log")) == "" and job_mod.read_tail(str(job_dir / "stderr.log")) == ""
+    assert read_text(str(job_dir / "stderr.log")) == "" and _watch.read_tail(str(job_dir / "stderr.log")) == ""
     assert time.time() - began < 2
     assert read_json(str(job_dir / "result.json")) == {"rc": 0}
     assert read_json(str(job_dir / "torchrun.log")) is None

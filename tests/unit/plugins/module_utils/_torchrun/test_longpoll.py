@@ -1,5 +1,5 @@
 """Unit tests for the followed wait (issue 8: a launch that adds seconds): the node-side long poll
-(_torchrun.job.follow_until), its window (_node.watch.follow_window, _torchrun.follow.next_window), the
+(_torchrun.wait.follow_until), its window (_node.watch.follow_window, _torchrun.follow.next_window), the
 job directory packed into the finished result and unpacked on the controller
 (_torchrun.collect.pack_job_dir / unpack_job_archive). On recorded job directories and real
 supervisor processes.
@@ -21,7 +21,7 @@ import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import collect as col
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import wait as wait_mod
 from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
 from ansible_collections.multinode.training.plugins.module_utils._node import watch
 from tests.unit.plugins.module_utils._torchrun.test_job import _start_supervisor, _visible, job_copy
@@ -67,7 +67,7 @@ def test_follow_until_returns_at_once_for_an_ended_job(tmp_path):
     job_dir = job_copy(tmp_path, "ok_1node")
     job = col.read_json(os.path.join(job_dir, "job.json"))
     began = time.time()
-    assert job_mod.follow_until(job["job_id"], job_dir, job, 30, 3600, 15, 30) == (True, False, False)
+    assert wait_mod.follow_until(job["job_id"], job_dir, job, 30, 3600, 15, 30) == (True, False, False)
     assert time.time() - began < 1
 
 
@@ -80,10 +80,10 @@ def test_follow_until_times_out_while_the_job_runs_then_sees_its_end_within_a_po
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
         began = time.time()
         # still running: the window (1 s) ends the call
-        assert job_mod.follow_until(job_id, job_dir, job, 1.0, 0, 1, 30) == (False, False, False)
+        assert wait_mod.follow_until(job_id, job_dir, job, 1.0, 0, 1, 30) == (False, False, False)
         assert 0.9 < time.time() - began < 3
         # the job ends (about 4 s in): the next long poll returns as soon as result.json is there
-        assert job_mod.follow_until(job_id, job_dir, job, 30, 0, 1, 30) == (True, False, False)
+        assert wait_mod.follow_until(job_id, job_dir, job, 30, 0, 1, 30) == (True, False, False)
         ended = col.read_json(os.path.join(job_dir, "result.json"))
         assert ended["rc"] == 0
         assert time.time() - ended["end"] < 1.0
@@ -104,7 +104,7 @@ def test_follow_until_abandons_the_exit_barrier(tmp_path):
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
         log = os.path.join(job_dir, "torchrun.log")
         os.utime(log, (time.time() - 5, time.time() - 5))
-        assert job_mod.follow_until(job_id, job_dir, job, 10, 0, 1, 2, poll=0.1, check_every=0.2) == \
+        assert wait_mod.follow_until(job_id, job_dir, job, 10, 0, 1, 2, poll=0.1, check_every=0.2) == \
             (True, False, True)
         popen.wait(timeout=20)
     finally:
@@ -121,7 +121,7 @@ def test_follow_until_gives_up_after_the_deadline(tmp_path):
     try:
         _visible(popen, job_id, job_dir)
         job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time() - 40}
-        assert job_mod.follow_until(job_id, job_dir, job, 10, 1, 1, 30, poll=0.1) == (True, True, False)
+        assert wait_mod.follow_until(job_id, job_dir, job, 10, 1, 1, 30, poll=0.1) == (True, True, False)
         popen.wait(timeout=20)
     finally:
         if popen.poll() is None:
@@ -149,7 +149,7 @@ def test_follow_until_a_global_stop_ends_the_poll_within_a_second(tmp_path):
     thread.start()
     began = time.time()
     try:
-        assert job_mod.follow_until("stop-1", job_dir, job, 20, 0, 1, 30,
+        assert wait_mod.follow_until("stop-1", job_dir, job, 20, 0, 1, 30,
                                     check_every=100)[0] is True
     finally:
         thread.join()
@@ -317,13 +317,13 @@ def test_follow_until_takes_the_supervisor_for_gone_only_after_repeated_misses(t
     job_dir = str(tmp_path / "flaky")
     os.makedirs(job_dir)
     answers = iter([False, True, False, True, True])
-    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: next(answers, True))
+    monkeypatch.setattr(wait_mod, "job_alive", lambda *a, **k: next(answers, True))
     job = {"job_id": "flaky", "pid": 1, "start": time.time()}
-    assert job_mod.follow_until("flaky", job_dir, job, 1.0, 0, 1, 30, poll=0.05, check_every=0.1) == \
+    assert wait_mod.follow_until("flaky", job_dir, job, 1.0, 0, 1, 30, poll=0.05, check_every=0.1) == \
         (False, False, False)
-    monkeypatch.setattr(job_mod, "job_alive", lambda *a, **k: False)
+    monkeypatch.setattr(wait_mod, "job_alive", lambda *a, **k: False)
     began = time.time()
-    assert job_mod.follow_until("flaky", job_dir, job, 10, 0, 1, 30, poll=0.05, check_every=0.1) == \
+    assert wait_mod.follow_until("flaky", job_dir, job, 10, 0, 1, 30, poll=0.05, check_every=0.1) == \
         (True, False, False)
     assert time.time() - began < 2
 

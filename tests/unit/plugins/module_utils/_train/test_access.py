@@ -17,7 +17,7 @@ import time
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._train import access as acc
-from ansible_collections.multinode.training.plugins.module_utils._torchrun import job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import start as job_mod
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as lis
 
 ME = pwd.getpwuid(os.geteuid()).pw_name

@@ -1,0 +1,217 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Wait for, and stop, one torchrun job on this node.
+
+``wait`` blocks until the job ended here (``wait_for_end``); ``follow`` is one long poll of a followed wait
+(``follow_until``: the action plugin calls it again until the job ended); both end in ``finish``: the job's
+result (_torchrun.collect), leftovers stopped, the job directory packed, the ``verdict``. ``stop`` is
+O(state=stopped).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import local_workers_succeeded
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import follow_window, job_done, read_tail
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, pack_job_dir, read_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import remove_firewall
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import add_watch_state, renew_lease, status, stop_watcher
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import real_directory, write_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import describe, find_job_processes, job_alive, stop_job
+
+
+def verdict(job, host, job_dir, result, data, gave_up, barrier_abandoned, timeout, barrier_grace):
+    """What a finished wait means -> (failed, message, warning); updates ``result``.
+
+    ``job`` is job.json; ``result`` holds what collect() read; ``data`` is result.json (None when the supervisor
+    never wrote it); ``gave_up``: the module stopped the job after its deadline;
+    ``barrier_abandoned``: this node's ranks succeeded and torchrun was stopped in its exit barrier.
+    """
+    job_id = job.get("job_id")
+    if gave_up:
+        result["timed_out"] = True
+    result["exit_barrier_abandoned"] = barrier_abandoned
+    if barrier_abandoned and not result["failures"]:
+        result.update(rc=0, stopped=False, root_cause=None, root_cause_line=None)
+        for entry in result["ranks"]:
+            entry.update(exitcode=0, state="succeeded")
+        return False, None, ("job %s: the ranks on %s succeeded; torchrun's exit barrier was abandoned after %ss "
+                             "(another node did not finish)" % (job_id, host, barrier_grace))
+    if data is None and not gave_up:
+        return True, ("job %s on %s: the supervisor (pid %s) ended without recording a result; see %s/torchrun.log"
+                      % (job_id, host, job.get("pid"), job_dir)), None
+    if result["timed_out"]:
+        return True, "job %s timed out after %ss on %s and was stopped" % (job_id, timeout, host), None
+    if result["rc"] != 0:
+        stop = result.get("stop") or {}
+        if result.get("stop_line") and stop.get("reason") != "failure":
+            return True, "job %s stopped on %s: %s" % (job_id, host, result["stop_line"]), None
+        if result["stopped"] and not result["failures"] and not result.get("stop_line"):
+            return True, "job %s was stopped on %s (rc %s)" % (job_id, host, result["rc"]), None
+        return True, "job %s failed on %s: %s" % (job_id, host, result["root_cause_line"]), None
+    return False, None, None
+
+
+def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
+    """Block until result.json exists, the supervisor is gone, the deadline passed (the job is
+    stopped: ``gave_up``) or this node's ranks succeeded and torchrun sat in its exit barrier for
+    ``barrier_grace`` s (stopped: ``barrier_abandoned``) -> (gave_up, barrier_abandoned)."""
+    result_file = os.path.join(job_dir, "result.json")
+    log_file = os.path.join(job_dir, "torchrun.log")
+    deadline = job["start"] + timeout + grace + 30 if timeout else None
+    local_done = None
+    while not os.path.exists(result_file):
+        if not job_alive(job.get("pid"), job_id, job_dir, job.get("start")):
+            time.sleep(poll)
+            if not os.path.exists(result_file):
+                break
+        if deadline and time.time() > deadline:
+            stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+            return True, False
+        # This node's ranks all succeeded and torchrun only waits in its exit barrier for
+        # the other agents; an agent that failed never arrives (torch waits 300 s).
+        if local_done is None and local_workers_succeeded(read_tail(log_file)):
+            local_done = time.time()
+        if local_done and time.time() - local_done > barrier_grace:
+            stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+            return False, True
+        time.sleep(poll)
+    return False, False
+
+
+def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.1, check_every=1.0,
+                 gone_after=3, clock=time.time, sleep=time.sleep):
+    """One long poll of a followed wait: block at most ``limit`` s -> (ended, gave_up, barrier_abandoned).
+
+    Ended at once (checked every ``poll`` s) when the job ended on this node the way O(state=status)
+    says ``done`` (result.json and the watcher is done), also when a stop of the watchers ended it;
+    the supervisor's liveness, the deadline and the exit barrier (as in ``wait_for_end``) are checked
+    every ``check_every`` s (they scan /proc). (False, False, False): still running, poll again.
+    """
+    result_file = os.path.join(job_dir, "result.json")
+    state_file = os.path.join(job_dir, "watch_state.json")
+    log_file = os.path.join(job_dir, "torchrun.log")
+    deadline = job["start"] + timeout + grace + 30 if timeout and job.get("start") else None
+    end_by = clock() + limit
+    next_check = 0.0
+    missed = 0
+    while True:
+        now = clock()
+        ended = read_json(result_file) if os.path.exists(result_file) else None
+        if ended is not None and job_done(job, ended, read_json(state_file), now):
+            return True, False, False
+        if now >= next_check:
+            next_check = now + check_every
+            # The supervisor is taken for gone (without a result) only when ``gone_after`` checks in a
+            # row miss it: one /proc read that fails under load must not end a running job's wait.
+            gone = ended is None and not job_alive(job.get("pid"), job_id, job_dir, job.get("start"))
+            missed = missed + 1 if gone else 0
+            if missed >= gone_after:
+                sleep(poll)
+                if not os.path.exists(result_file):
+                    return True, False, False
+            if deadline and now > deadline:
+                stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+                return True, True, False
+            # The node's ranks succeeded and torchrun waits in its exit barrier for the other agents;
+            # the log's last write is when that began (no line is logged while it waits).
+            if ended is None and local_workers_succeeded(read_tail(log_file)):
+                try:
+                    since = os.path.getmtime(log_file)
+                except OSError:
+                    since = now
+                if now - since > barrier_grace:
+                    stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
+                    return True, False, True
+        if now >= end_by:
+            return False, False, False
+        sleep(min(poll, max(0.0, end_by - now)))
+
+
+def follow(module, job_id, job_dir, job, result, host):
+    """A followed wait's long poll: renew the lease, wait up to follow_limit s; the progress when the job
+    still runs (RV(done) false), else the finished result (``finish``) with RV(done) true."""
+    p = module.params
+    renew_lease(job_dir)
+    conf = read_json(os.path.join(job_dir, "watch.json")) or {}
+    limit = follow_window(p["follow_limit"], conf.get("lease"))
+    timeout = p["timeout"] or job.get("timeout") or 0
+    grace = job.get("stop_grace", p["stop_grace"])
+    ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"])
+    if not ended:
+        result.update(status(job_id, job_dir, job, renew=False))
+        # The controller's next polls run the watcher file with this python (``mt_watch.py follow``).
+        result.update(done=False, interpreter=sys.executable)
+        module.exit_json(**result)
+    result["done"] = True
+    finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
+
+
+def wait(module, job_id, job_dir, job, result, host):
+    p = module.params
+    timeout = p["timeout"] or job.get("timeout") or 0
+    grace = job.get("stop_grace", p["stop_grace"])
+    gave_up, abandoned = wait_for_end(job_id, job_dir, job, timeout, grace, p["exit_barrier_grace"])
+    finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
+
+
+def finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace):
+    """The job ended on this node: its result, what the watchers decided, leftovers stopped, the job
+    directory packed for the controller (O(archive)), the verdict."""
+    p = module.params
+    data = read_json(os.path.join(job_dir, "result.json"))
+    result.update(collect(job_dir, job, data, p["tail_lines"], host))
+    add_watch_state(job_dir, result)
+    # Nothing of the job may outlive it on this node: what the supervisor's SIGTERM left is stopped
+    # here (SIGKILL after the grace), so the play needs no separate stop round trip.
+    killed, survivors = stop_job(job_id, grace=grace, job_dir=job_dir)
+    result.update(killed=killed, survivors=describe(survivors),
+                  firewall_table=remove_firewall(module, job_id) or result.get("firewall_table"))
+    if p["archive"]:
+        # The job's logs travel with this result (or, when big, wait in O(archive) for a fetch).
+        try:
+            packed = pack_job_dir(job_dir, p["archive"], p["archive_inline_max"])
+        except (IOError, OSError) as exc:
+            packed = {"inline": None, "path": None, "error": "cannot pack %s: %s" % (job_dir, exc)}
+        result["archive"] = packed
+    if survivors:
+        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
+                             % (job_id, len(survivors), host, result["survivors"]), **result)
+    failed, msg, warning = verdict(dict(job, job_id=job_id), host, job_dir, result, data, gave_up, abandoned,
+                                   timeout, p["exit_barrier_grace"])
+    if warning:
+        module.warn(warning)
+    if failed:
+        module.fail_json(msg=msg, **result)
+    module.exit_json(**result)
+
+
+def stop(module, job_id, job_dir, job, result, host):
+    p = module.params
+    pgid = job.get("pgid") if job else None
+    pids = find_job_processes(job_id, job_dir=job_dir)
+    result["cmd"] = job.get("cmd") if job else None
+    if module.check_mode:
+        result.update(changed=bool(pids), killed=pids, survivors=[], firewall_table=None)
+        module.exit_json(**result)
+    killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
+    stop_watcher(job)
+    result["firewall_table"] = remove_firewall(module, job_id)
+    directory = real_directory(job_dir)
+    if job and directory and not os.path.lexists(os.path.join(job_dir, "result.json")):
+        # Like the job's other files: the job's user's, not world-readable (owner set before the
+        # rename: no chown through a name the account could have replaced with a link since).
+        try:
+            write_json(os.path.join(job_dir, "result.json"),
+                       {"rc": None, "start": job.get("start"), "end": time.time(), "timed_out": False,
+                        "stopped": True, "leftovers_killed": killed}, 0o640, (directory.st_uid, directory.st_gid))
+        except OSError:
+            pass  # the directory became a link since (write_json opens no link): no record there
+    result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed,
+                  survivors=describe(survivors), stopped=bool(killed))
+    if survivors:
+        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
+                             % (job_id, len(survivors), host, describe(survivors)), **result)
+    module.exit_json(**result)
