@@ -84,59 +84,13 @@ cmd:
   elements: str
 """
 
-import os
-import shutil
-import socket
-import tempfile
-
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel.verify import (
-    PROBE_SCRIPT,
-    env_summary,
-    parse_probe_output,
-    probe_spec,
-    verify_problems,
-)
+from ansible_collections.multinode.training.plugins.module_utils._wheel.verify import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            venv=dict(type="path", required=True),
-            manifest=dict(type="dict", required=True),
-            node=dict(type="str"),
-            fail_on_problems=dict(type="bool", default=True),
-            report_as=dict(type="path"),
-        ),
-        supports_check_mode=True,
-    )
-    venv = module.params["venv"]
-    manifest = module.params["manifest"]
-    node = module.params["node"] or socket.gethostname()
-    report_as = module.params["report_as"] or venv
-    python = os.path.join(venv, "bin", "python")
-    shown = [python, "-c", "<deepspeed op probe>", probe_spec(manifest)]
-    if not os.access(python, os.X_OK):
-        module.fail_json(msg="%s: %s has no executable bin/python" % (node, venv), cmd=shown, problems=[], env={}, probe={})
-
-    ext_dir = tempfile.mkdtemp(prefix="wheel-distribute-jit-")
-    try:
-        rc, out, err = module.run_command(
-            [python, "-c", PROBE_SCRIPT, probe_spec(manifest)],
-            environ_update={"TORCH_EXTENSIONS_DIR": ext_dir, "DS_ACCELERATOR": str(manifest.get("accelerator") or "")},
-        )
-    finally:
-        shutil.rmtree(ext_dir, ignore_errors=True)
-    probe = parse_probe_output(out)
-    problems = verify_problems(manifest, probe, node, report_as)
-    if probe is None:
-        problems.append("%s: probe exited %d: %s" % (node, rc, (err or out).strip()[-500:]))
-        probe = {}
-    env = env_summary(manifest, probe, report_as, os.path.join(report_as, "bin", "python"))
-    if problems and module.params["fail_on_problems"]:
-        module.fail_json(msg="verification failed: " + "; ".join(problems), problems=problems, env=env, probe=probe, cmd=shown)
-    module.exit_json(changed=False, env=env, problems=problems, probe=probe, cmd=shown)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -94,37 +94,12 @@ record:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
+
+from ansible_collections.multinode.training.plugins.module_utils._wheel.dist import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            dist_dir=dict(type="path", required=True),
-            manifest=dict(type="str", default=""),
-            wheel=dict(type="str", default=""),
-            wheelhouse=dict(type="str", default=""),
-            index_url=dict(type="str", default=""),
-            requirements_lock=dict(type="str", default=""),
-            requirement_wheels=dict(type="list", elements="str", default=[]),
-            checksum_cache=dict(type="path", default="~/.cache/multinode-training/wheel-sha256.json"),
-            node=dict(type="str", default=""),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    path = _wheel_dist.choose_manifest(p["dist_dir"], p["manifest"], p["wheel"])
-    cache_path = p["checksum_cache"] or ""
-    cache = _wheel_dist.load_cache(cache_path) if cache_path else None
-    before = dict(cache or {})
-    try:
-        found = _wheel_dist.source(p["dist_dir"], path, p["wheel"], p["wheelhouse"], p["index_url"],
-                                   p["requirements_lock"], p["requirement_wheels"], cache)
-    except _wheel_dist.DistError as exc:
-        module.fail_json(msg="%s%s" % (p["node"] + ": " if p["node"] else "", exc), manifest_path=path)
-    if cache_path and cache != before and not module.check_mode:
-        _wheel_dist.save_cache(cache_path, cache)
-    module.exit_json(changed=False, record=_wheel_dist.expected_record(found["files"]), **found)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

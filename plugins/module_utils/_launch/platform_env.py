@@ -19,6 +19,9 @@ values), and new for the next job wherever the platform gives the next job's mas
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
+import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     TorchrunError,
@@ -145,3 +148,46 @@ def map_environment(environ, platform="auto", nnodes=None, rdzv_id=None):
         "is_host": is_host,
         "variables": dict((name, environ[name]) for name in RELEVANT if environ.get(name) not in (None, "")),
     }
+
+
+# --------------------------------------------------------------------------- the platform_env module
+
+ARGUMENT_SPEC = dict(
+    platform=dict(type="str", default="auto", choices=["auto", "sensecore", "aistation", "generic"]),
+    nnodes=dict(type="str", default=""),
+    rdzv_id=dict(type="str", default=""),
+)
+
+
+def owns_address(host):
+    """Whether MASTER_ADDR is an address of this container: binding to it only works where it is local."""
+    try:
+        infos = socket.getaddrinfo(host, None, 0, socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError):
+        return False
+    for family, _type, _proto, _name, sockaddr in infos:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((sockaddr[0], 0))
+            return True
+        except OSError:
+            continue
+        finally:
+            sock.close()
+    return False
+
+
+def run_module(module):
+    p = module.params
+    environ = dict(os.environ)
+    try:
+        mapped = map_environment(environ, p["platform"], p["nnodes"] or None, p["rdzv_id"] or None)
+    except PlatformError as exc:
+        module.fail_json(msg=str(exc), variables=dict(
+            (name, environ[name]) for name in RELEVANT if environ.get(name)))
+    if mapped["is_host"] is None:
+        # No node rank from the platform: the container that owns MASTER_ADDR hosts the store.
+        mapped["is_host"] = owns_address(environ["MASTER_ADDR"])
+    # The log directory of this container's share of the job: a job id is never reused on a node.
+    mapped["job_id"] = "%s-%s" % (mapped["rdzv_id"], time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+    module.exit_json(changed=False, **mapped)

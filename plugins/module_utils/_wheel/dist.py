@@ -213,3 +213,35 @@ ENV_FIELDS = ("venv", "python", "python_version", "torch", "torch_cuda", "deepsp
 def env_from_marker(marker):
     """The environment fact of a current node: what its verified install recorded."""
     return dict((key, marker.get(key)) for key in ENV_FIELDS)
+
+
+# --------------------------------------------------------------------------- the wheel_dist_source module
+
+ARGUMENT_SPEC = dict(
+    dist_dir=dict(type="path", required=True),
+    manifest=dict(type="str", default=""),
+    wheel=dict(type="str", default=""),
+    wheelhouse=dict(type="str", default=""),
+    index_url=dict(type="str", default=""),
+    requirements_lock=dict(type="str", default=""),
+    requirement_wheels=dict(type="list", elements="str", default=[]),
+    checksum_cache=dict(type="path", default="~/.cache/multinode-training/wheel-sha256.json"),
+    node=dict(type="str", default=""),
+)
+
+
+def run_module(module):
+    """The files to distribute (source()), with the controller's checksum cache read and, when it grew, saved."""
+    p = module.params
+    path = choose_manifest(p["dist_dir"], p["manifest"], p["wheel"])
+    cache_path = p["checksum_cache"] or ""
+    cache = load_cache(cache_path) if cache_path else None
+    before = dict(cache or {})
+    try:
+        found = source(p["dist_dir"], path, p["wheel"], p["wheelhouse"], p["index_url"],
+                       p["requirements_lock"], p["requirement_wheels"], cache)
+    except DistError as exc:
+        module.fail_json(msg="%s%s" % (p["node"] + ": " if p["node"] else "", exc), manifest_path=path)
+    if cache_path and cache != before and not module.check_mode:
+        save_cache(cache_path, cache)
+    module.exit_json(changed=False, record=expected_record(found["files"]), **found)

@@ -8,6 +8,10 @@ PROBE_SCRIPT runs in the node's venv python (deepspeed_env_verify); the rest rea
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import socket
+import tempfile
 
 PROBE_SENTINEL = "@@wheel_distribute@@"
 
@@ -163,3 +167,44 @@ def consistency_report(envs, fields=REPORT_FIELDS):
             differences.append(msg)
             lines.append("DIFFERS " + msg)
     return {"consistent": not differences, "fields": table, "differences": differences, "lines": lines}
+
+
+# --------------------------------------------------------------------------- the deepspeed_env_verify module
+
+ARGUMENT_SPEC = dict(
+    venv=dict(type="path", required=True),
+    manifest=dict(type="dict", required=True),
+    node=dict(type="str"),
+    fail_on_problems=dict(type="bool", default=True),
+    report_as=dict(type="path"),
+)
+
+
+def run_module(module):
+    """Run PROBE_SCRIPT in the venv's python with an empty TORCH_EXTENSIONS_DIR; report or refuse what it found."""
+    venv = module.params["venv"]
+    manifest = module.params["manifest"]
+    node = module.params["node"] or socket.gethostname()
+    report_as = module.params["report_as"] or venv
+    python = os.path.join(venv, "bin", "python")
+    shown = [python, "-c", "<deepspeed op probe>", probe_spec(manifest)]
+    if not os.access(python, os.X_OK):
+        module.fail_json(msg="%s: %s has no executable bin/python" % (node, venv), cmd=shown, problems=[], env={}, probe={})
+
+    ext_dir = tempfile.mkdtemp(prefix="wheel-distribute-jit-")
+    try:
+        rc, out, err = module.run_command(
+            [python, "-c", PROBE_SCRIPT, probe_spec(manifest)],
+            environ_update={"TORCH_EXTENSIONS_DIR": ext_dir, "DS_ACCELERATOR": str(manifest.get("accelerator") or "")},
+        )
+    finally:
+        shutil.rmtree(ext_dir, ignore_errors=True)
+    probe = parse_probe_output(out)
+    problems = verify_problems(manifest, probe, node, report_as)
+    if probe is None:
+        problems.append("%s: probe exited %d: %s" % (node, rc, (err or out).strip()[-500:]))
+        probe = {}
+    env = env_summary(manifest, probe, report_as, os.path.join(report_as, "bin", "python"))
+    if problems and module.params["fail_on_problems"]:
+        module.fail_json(msg="verification failed: " + "; ".join(problems), problems=problems, env=env, probe=probe, cmd=shown)
+    module.exit_json(changed=False, env=env, problems=problems, probe=probe, cmd=shown)
