@@ -1,10 +1,13 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Pure logic of the torchrun module: validate options, build the argv, read torchrun's output.
+"""Pure logic of the torchrun module: validate options, build the argv and the environment; the root
+cause and the report across ranks and nodes.
 
 Nothing here starts a process or imports Ansible: the module
 (plugins/modules/torchrun.py) does the acting; tests/unit exercises this file
-on recorded torchrun output (tests/fixtures/torchrun/).
+on recorded torchrun output (tests/fixtures/torchrun/). Standard library only: the Slurm path
+ships this file alone to the nodes (roles/train/tasks/slurm.yml, as ``_torchrun.py``). torchrun's
+log and error files are read by _torchrun/agent_log.py.
 
 Layout of one job on a node (everything under ``<log_dir>/<job_id>/``)::
 
@@ -249,138 +252,6 @@ def build_argv(python, opts):
 
 
 # ---------------------------------------------------------------- results
-
-_LOG_PREFIX_RE = re.compile(r"^[IWEDC]\d{4} [\d:.]+ +\d+ [^\]]+\] ?")
-
-
-def _strip_prefix(line):
-    return _LOG_PREFIX_RE.sub("", line)
-
-
-def _int_list(text):
-    return [int(x) for x in re.findall(r"-?\d+", text or "")]
-
-
-def parse_agent_log(text):
-    """Read what the torchrun agent printed (LOGLEVEL=INFO): rendezvous result and failure summary.
-
-    Returns ``{"rendezvous": {...} or None, "failures": [...], "root_cause": {...} or None}``.
-    Each failure: rank, local_rank, exitcode, signal, pid, host, time, error_file, message (the
-    last line of its traceback).
-    """
-    lines = (text or "").splitlines()
-    rendezvous = None
-    for index, line in enumerate(lines):
-        if "Rendezvous complete for workers" in line:
-            rendezvous = {}
-            for follow in lines[index + 1:index + 16]:
-                body = _strip_prefix(follow).strip()
-                key, sep, value = body.partition("=")
-                if not sep:
-                    if rendezvous:
-                        break
-                    continue
-                rendezvous[key.strip()] = value.strip()
-    if rendezvous is not None:
-        rendezvous = {
-            "restart_count": int(rendezvous.get("restart_count", 0) or 0),
-            "master_addr": rendezvous.get("master_addr"),
-            "group_rank": int(rendezvous["group_rank"]) if "group_rank" in rendezvous else None,
-            "group_world_size": int(rendezvous["group_world_size"]) if "group_world_size" in rendezvous else None,
-            "local_ranks": _int_list(rendezvous.get("local_ranks")),
-            "global_ranks": _int_list(rendezvous.get("global_ranks")),
-            "world_size": (_int_list(rendezvous.get("global_world_sizes")) or [None])[0],
-        }
-    failures, root_cause = [], None
-    section, current = None, None
-    for line in lines:
-        stripped = line.strip()
-        if stripped.startswith("Failures:"):
-            section = "failure"
-            continue
-        if stripped.startswith("Root Cause"):
-            section = "root"
-            continue
-        if section is None:
-            continue
-        if re.match(r"^\[\d+\]:$", stripped):
-            current = {"traceback": []}
-            if section == "root":
-                root_cause = current
-            else:
-                failures.append(current)
-            continue
-        if stripped.startswith("=====") or stripped.startswith("-----"):
-            current = None
-            continue
-        if current is None:
-            continue
-        match = re.match(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$", line)
-        if match and not current.get("_in_traceback"):
-            key, value = match.group(1), match.group(2).strip()
-            if key == "traceback":
-                current["_in_traceback"] = True
-                current["traceback"].append(value)
-            else:
-                current[key] = value
-        elif current.get("_in_traceback"):
-            current["traceback"].append(line.strip())
-    result = []
-    for entry in ([root_cause] if root_cause else []) + failures:
-        result.append(_normalize_failure(entry))
-    root = result[0] if root_cause else None
-    return {"rendezvous": rendezvous, "failures": result[1:] if root else result, "root_cause": root}
-
-
-def _normalize_failure(entry):
-    rank = re.match(r"^(-?\d+)(?: \(local_rank: (\d+)\))?", entry.get("rank", ""))
-    code = re.match(r"^(-?\d+)(?: \(pid: (\d+)\))?(?:\s+\((\w+)\))?", entry.get("exitcode", ""))
-    lines = [x for x in entry.get("traceback", []) if x]
-    message = lines[-1] if lines else None
-    if message and message.startswith("To enable traceback"):
-        message = None
-    error_file = entry.get("error_file")
-    return {
-        "rank": int(rank.group(1)) if rank else None,
-        "local_rank": int(rank.group(2)) if rank and rank.group(2) is not None else None,
-        "exitcode": int(code.group(1)) if code else None,
-        "pid": int(code.group(2)) if code and code.group(2) else None,
-        "signal": code.group(3) if code and code.group(3) else None,
-        "host": entry.get("host"),
-        "time": entry.get("time"),
-        "error_file": None if not error_file or error_file.startswith("<") else error_file,
-        "message": message,
-    }
-
-
-def parse_error_file(data):
-    """A rank's ``error.json`` (written by torch's @record / ErrorHandler) -> message, traceback, timestamp."""
-    if isinstance(data, (str, bytes)):
-        data = json.loads(data)
-    message = data.get("message")
-    traceback, timestamp = None, data.get("timestamp")
-    if isinstance(message, dict):
-        extra = message.get("extraInfo") or {}
-        traceback = extra.get("py_callstack")
-        timestamp = extra.get("timestamp", timestamp)
-        message = message.get("message")
-    try:
-        timestamp = int(timestamp) if timestamp is not None else None
-    except (TypeError, ValueError):
-        timestamp = None
-    return {"message": message, "traceback": traceback, "timestamp": timestamp}
-
-
-# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier). This
-# file is shipped alone to Slurm nodes (standard library only): the watcher's copy
-# (_node.watch.LOCAL_SUCCEEDED) is kept equal by a unit test.
-LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
-
-
-def local_workers_succeeded(agent_log):
-    """The agent's local worker group finished successfully (it may still wait in its exit barrier)."""
-    return any(line in (agent_log or "") for line in LOCAL_SUCCEEDED)
-
 
 def is_peer_error(message, exitcode=None):
     """True for errors that are a consequence of another rank's failure (or a kill by the agent)."""

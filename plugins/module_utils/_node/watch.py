@@ -424,7 +424,7 @@ WATCH_ENV = "MULTINODE_TRAINING_WATCH"
 # The supervisor sends it to the node's watcher when it recorded the job's end (_node.supervisor).
 WAKE_SIGNAL = signal.SIGURG
 # torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier); the
-# same as _node.torchrun.LOCAL_SUCCEEDED (this file ships alone; a unit test keeps them equal).
+# same as _torchrun.agent_log.LOCAL_SUCCEEDED (this file ships alone; a unit test keeps them equal).
 LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
 
 

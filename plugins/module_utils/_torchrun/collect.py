@@ -4,7 +4,7 @@
 
 Shared by the torchrun module (one node's ``<log_dir>/<job id>/``) and the slurm_job module (one
 directory per node under the Slurm job's directory, read on the submit host). The parsing and the
-root-cause choice are _node.torchrun's; this file only reads the files.
+root-cause choice are _torchrun.agent_log's and _node.torchrun's; this file only reads the files.
 
 ``pack_job_dir`` (node) and ``unpack_job_archive`` (controller, action torchrun) move one node's
 job directory to the controller with the wait's last call: inline in its result when small.
@@ -26,10 +26,9 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
     rank_dirs,
     read_bytes,
 )
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.agent_log import parse_agent_log, parse_error_file
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     is_peer_error,
-    parse_agent_log,
-    parse_error_file,
     pick_root_cause,
     rank_results,
     summarize_failure,

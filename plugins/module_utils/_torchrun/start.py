@@ -25,7 +25,13 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     resolve_nproc,
     secret_values,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import firewall_tool, open_firewall, rdzv_port, remove_firewall, start_keeper
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import (
+    firewall_tool,
+    open_firewall,
+    rdzv_port,
+    remove_firewall,
+    start_keeper,
+)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import RANK_WRAPPER, WATCHER, watcher_env
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import fill_job_dir, make_job_dir, supervisor_argv, write_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import spawn, stop_job

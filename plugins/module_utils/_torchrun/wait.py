@@ -13,8 +13,8 @@ import os
 import sys
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import local_workers_succeeded
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import follow_window, job_done, read_tail
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.agent_log import local_workers_succeeded
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, pack_job_dir, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import remove_firewall
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import add_watch_state, renew_lease, status, stop_watcher

@@ -387,10 +387,11 @@ def test_wake_watcher_waits_out_the_empty_environment_right_after_an_exec(tmp_pa
 
 
 def test_local_succeeded_lines_are_torchruns():
-    """The watcher (shipped alone) and _torchrun (shipped alone to Slurm nodes) read the same lines."""
-    from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _torchrun
+    """The watcher (shipped alone) and the module's reading of torchrun's log (_torchrun.agent_log) read the same lines."""
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun import agent_log
 
-    assert w.LOCAL_SUCCEEDED == _torchrun.LOCAL_SUCCEEDED
+    assert w.LOCAL_SUCCEEDED == agent_log.LOCAL_SUCCEEDED
+    assert agent_log.local_workers_succeeded("x\n%s\n" % w.LOCAL_SUCCEEDED[0])
 
 
 def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_path):
