@@ -2,22 +2,16 @@
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import plan as _plan
+from tests.unit.plugins.module_utils.stand_in import Exit, StandInModule
 
 
-class Exit(Exception):
-    pass
-
-
-class FakeModule:
+class FakeModule(StandInModule):
     def __init__(self, bins):
+        super().__init__({})
         self.bins = bins
 
     def get_bin_path(self, name, required=False):
         return self.bins.get(name)
-
-    def fail_json(self, **result):
-        self.result = result
-        raise Exit()
 
 
 NVCC = {"release": "12.8", "path": "/usr/local/cuda/bin/nvcc", "cuda_home": "/usr/local/cuda",

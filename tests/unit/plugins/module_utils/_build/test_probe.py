@@ -2,27 +2,19 @@
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import probe
+from tests.unit.plugins.module_utils.stand_in import Exit, StandInModule
 
 
-class Exit(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, **params):
-        self.params = dict({k: v.get("default") for k, v in probe.ARGUMENT_SPEC.items()}, **params)
-
-    def fail_json(self, **result):
-        self.result = result
-        raise Exit()
+def stand_in(**params):
+    return StandInModule(probe.ARGUMENT_SPEC, **params)
 
 
 def test_a_source_tree_from_an_earlier_step_is_used_as_given(tmp_path):
     tree = tmp_path / "DeepSpeed-0.19.8"
     tree.mkdir()
     (tree / "version.txt").write_text("0.19.8\n")
-    module = FakeModule(source_tree=str(tree), source_spec="deepspeed==0.19.8", source_sha256="ab" * 32,
-                        version="0.19.8", workdir=str(tmp_path), torch_requirement="torch")
+    module = stand_in(source_tree=str(tree), source_spec="deepspeed==0.19.8", source_sha256="ab" * 32,
+                      version="0.19.8", workdir=str(tmp_path), torch_requirement="torch")
     result = {}
     source = probe.probe_source(module, "build1", result)
     assert result["source"] is source and "changed" not in result
@@ -31,8 +23,8 @@ def test_a_source_tree_from_an_earlier_step_is_used_as_given(tmp_path):
 
 
 def test_a_missing_local_source_is_refused_naming_host_and_variable(tmp_path):
-    module = FakeModule(source="local", local_path=str(tmp_path / "ds.tar.gz"), version="0.19.8",
-                        workdir=str(tmp_path), torch_requirement="torch")
+    module = stand_in(source="local", local_path=str(tmp_path / "ds.tar.gz"), version="0.19.8",
+                      workdir=str(tmp_path), torch_requirement="torch")
     with pytest.raises(Exit):
         probe.probe_source(module, "build1", {})
     assert module.result["msg"] == (

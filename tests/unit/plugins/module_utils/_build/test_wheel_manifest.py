@@ -2,19 +2,11 @@
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import wheel_manifest
+from tests.unit.plugins.module_utils.stand_in import Exit, StandInModule
 
 
-class Exit(Exception):
-    pass
-
-
-class FakeModule:
-    def __init__(self, **params):
-        self.params = dict({k: v.get("default") for k, v in wheel_manifest.ARGUMENT_SPEC.items()}, **params)
-
-    def fail_json(self, **result):
-        self.result = result
-        raise Exit()
+def stand_in(**params):
+    return StandInModule(wheel_manifest.ARGUMENT_SPEC, **params)
 
 
 def test_wheel_tags_of_a_wheel_name_and_a_name_that_is_none():
@@ -25,7 +17,7 @@ def test_wheel_tags_of_a_wheel_name_and_a_name_that_is_none():
 
 
 def test_a_folder_without_a_wheel_fails_naming_what_was_looked_for(tmp_path):
-    module = FakeModule(wheel=str(tmp_path), ops=[])
+    module = stand_in(wheel=str(tmp_path), ops=[])
     with pytest.raises(Exit):
         wheel_manifest.find_wheel(module)
     assert module.result["msg"] == "no wheel at %s/deepspeed-*.whl: the build did not produce one" % tmp_path
@@ -35,5 +27,5 @@ def test_the_wheel_in_a_folder_and_its_build_log_are_found(tmp_path):
     wheel = tmp_path / "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl"
     wheel.write_bytes(b"")
     (tmp_path / "build.log").write_text("building op cpu_adam\n")
-    module = FakeModule(wheel=str(tmp_path), ops=[], build_log=str(tmp_path / "build.log"))
+    module = stand_in(wheel=str(tmp_path), ops=[], build_log=str(tmp_path / "build.log"))
     assert wheel_manifest.find_wheel(module) == (str(wheel), "building op cpu_adam\n")

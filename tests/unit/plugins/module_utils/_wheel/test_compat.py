@@ -303,7 +303,7 @@ def test_node_problems_compatible_node():
 def test_node_problems_reports_every_problem_of_a_node():
     venv = {"path": "/opt/v", "state": "directory", "torch": "2.12.0"}
     problems = compat.node_problems(manifest(), node_facts(python=CP39, venv=venv, cpuinfo="cpuinfo-avx2-haswell.txt"),
-                                "node3")
+                                    "node3")
     assert [p.split(":")[0] for p in problems] == ["node3"] * 3
     assert "needs python tag cp311" in problems[0]
     assert "needs torch 2.13.0+cpu" in problems[1] and "has torch 2.12.0" in problems[1]
@@ -315,7 +315,7 @@ def test_node_problems_cuda_manifest_gpu_node():
     gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
     venv = {"path": "/v", "state": "directory", "torch": "2.8.0+cu128", "torch_cuda": "12.8"}
     assert compat.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus, cpuinfo="cpuinfo-avx2-haswell.txt"),
-                            "h100") == []
+                                "h100") == []
     gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
     problems = compat.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus), "mixed")
     assert len(problems) == 1 and "Tesla V100" in problems[0]
@@ -485,7 +485,7 @@ def test_sass_covered_gpus_accepted_silently(smi):
 
 def test_ptx_only_coverage_accepted_with_jit_warning():
     problems, notes = gpu.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
-                                      gpus("nvidia-smi-b200x2.txt"), "b1")
+                                       gpus("nvidia-smi-b200x2.txt"), "b1")
     assert problems == []
     assert len(notes) == 1
     assert notes[0].startswith("b1: GPUs 0-1 (NVIDIA B200) have compute capability 10.0, op fused_adam of wheel "
@@ -495,7 +495,7 @@ def test_ptx_only_coverage_accepted_with_jit_warning():
 
 def test_uncovered_gpu_refused_naming_node_gpu_cap_op_and_binary():
     problems, _notes = gpu.gpu_findings(coverage_manifest("manifest-cuda-fused_adam-80-90ptx.json"),
-                                       gpus("nvidia-smi-mixed-v100-l4.txt"), "old2")
+                                        gpus("nvidia-smi-mixed-v100-l4.txt"), "old2")
     assert problems == [
         "old2: GPU 0 (Tesla V100-SXM2-32GB) has compute capability 7.0, which op fused_adam of wheel "
         "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl does not cover: its binary has SASS sm_80, sm_90; "

@@ -1,6 +1,5 @@
 """The wheel_requirements_lock module's acting (plugins/module_utils/_wheel/lock.py), with pip replaced by
 its recorded runs (tests/fixtures/requirements/: the report of a resolution adding accelerate, a conflict)."""
-import json
 import shutil
 
 import pytest
@@ -8,19 +7,15 @@ import pytest
 from ansible_collections.multinode.training.plugins.module_utils._wheel import lock
 
 from tests.unit.conftest import FIXTURES
+from tests.unit.plugins.module_utils.stand_in import Exit, StandInModule
 
 REC = FIXTURES / "requirements"
 DEEPSPEED = "deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl"
 
 
-class Exit(Exception):
-    pass
-
-
-class FakeModule:
+class FakeModule(StandInModule):
     def __init__(self, params, pip_rc=0, pip_out="", check_mode=False):
-        self.params = dict({k: v.get("default") for k, v in lock.ARGUMENT_SPEC.items()}, **params)
-        self.check_mode = check_mode
+        super().__init__(lock.ARGUMENT_SPEC, check_mode=check_mode, **params)
         self.pip_rc, self.pip_out = pip_rc, pip_out
         self.commands = []
 
@@ -32,14 +27,6 @@ class FakeModule:
 
     def sha256(self, path):
         return "0" * 64
-
-    def exit_json(self, **result):
-        self.result = result
-        raise Exit()
-
-    def fail_json(self, **result):
-        self.result = dict(result, failed=True)
-        raise Exit()
 
 
 def params(tmp_path, requirements):
