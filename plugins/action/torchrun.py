@@ -127,16 +127,7 @@ class ActionModule(ActionBase):
                     elif not polled.get("attention"):
                         next_print = self._progress(host, polled, next_print, poll)
                         continue
-                try:
-                    polled = run_module(self, MODULE, ENTRY, dict(args, follow_limit=window), task_vars)
-                except AnsibleConnectionFailure as exc:
-                    # The node went away mid-job (a killed container, a dead host): the same answer on
-                    # every connection (ssh raises here, docker without pipelining too, docker with
-                    # pipelining answers without a result) - a failed wait on this node, which the play
-                    # rescues and reports (the watchers name the node lost), not an unreachable host
-                    # that the rescue never sees.
-                    polled = {"failed": True, "module_stdout": "", "msg": "lost the connection to %s during the "
-                              "wait: %s" % (host, exc)}
+                polled = self._module_poll(args, window, task_vars, host)
                 if polled.get("failed") and not polled.get("done"):
                     if "done" not in polled and "module_stdout" in polled and not answerless:
                         # The call died without an answer (a long poll is nearly always in flight when a
@@ -161,6 +152,19 @@ class ActionModule(ActionBase):
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             except AnsibleConnectionFailure:  # the node is gone: nothing to clean there
                 pass
+
+    def _module_poll(self, args, window, task_vars, host):
+        """One long poll as a module call (O(follow_limit) ``window``) -> its result."""
+        try:
+            return run_module(self, MODULE, ENTRY, dict(args, follow_limit=window), task_vars)
+        except AnsibleConnectionFailure as exc:
+            # The node went away mid-job (a killed container, a dead host): the same answer on
+            # every connection (ssh raises here, docker without pipelining too, docker with
+            # pipelining answers without a result) - a failed wait on this node, which the play
+            # rescues and reports (the watchers name the node lost), not an unreachable host
+            # that the rescue never sees.
+            return {"failed": True, "module_stdout": "", "msg": "lost the connection to %s during the "
+                    "wait: %s" % (host, exc)}
 
     @staticmethod
     def _progress(host, polled, next_print, poll):

@@ -6,6 +6,8 @@ Standard library only: the torchrun module writes this file's source into the jo
 (``mt_watch.py``) and starts it on every node next to the supervisor, as the job's account; it
 runs with the job's python after the module's own files are gone. The top half is pure decision
 logic (unit-tested in tests/unit/plugins/module_utils/_node/test_watch.py); ``main`` acts.
+It stays one file of about 900 lines, in numbered sections, because the module ships it as one
+source (``inspect.getsource``) that must run alone, with no sibling to import, in the job directory.
 
 How the nodes watch each other (docs/train.md, "Failures and long jobs"):
 
@@ -58,7 +60,9 @@ EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fa
                          r"[A-Za-z_][\w.]*\.[A-Z]\w*|[A-Z]\w*Error)(?::\s.*)?$")
 
 
-# ---------------------------------------------------------------- pure logic
+# ==================================================================================================
+# 1. Decisions: pure functions of what the node and the hub saw (no file, no process, no socket).
+# ==================================================================================================
 
 def last_exception_line(text):
     """The exception line of the last Python traceback in a rank's stderr, e.g.
@@ -230,7 +234,10 @@ def consequences(ranks_by_node, first):
     return out
 
 
-# ---------------------------------------------------------------- node side (acts)
+# ==================================================================================================
+# 2. No-follow walker: the job directory's files opened one name at a time, never through a link of
+#    the job's account, never a FIFO (root reads them too: _torchrun.collect imports these).
+# ==================================================================================================
 
 def open_dir(path):
     """The directory ``path`` -> a descriptor of it (O_PATH: for ``dir_fd`` only), or None.
@@ -347,6 +354,10 @@ def _write_json(path, data):
     os.rename(tmp, path)
 
 
+# ==================================================================================================
+# 3. This node's job: its processes (/proc) and its ranks' records (exits/).
+# ==================================================================================================
+
 def _alive(pid):
     stat = read_bytes("/proc/%d/stat" % pid)
     if not stat:
@@ -412,7 +423,9 @@ def caused_by_stop(failure, stop):
     return when is None or when >= received
 
 
-# ------------------------------------------- the controller's poll (plugins/action/torchrun.py)
+# ==================================================================================================
+# 4. Follow helpers: the controller's poll (plugins/action/torchrun.py), a python start-up per call.
+# ==================================================================================================
 # ``mt_watch.py follow <job dir> <seconds>``: what the controller's wait runs on the node between
 # two module calls. A module call costs about 0.3 CPU-seconds on the node (Ansible's module
 # machinery, imported from source each time); this costs a python start-up. It renews the lease,
@@ -564,7 +577,99 @@ def follow_light(job_dir, window, clock=time.time, sleep=time.sleep, step=0.1, p
         sleep(min(step, max(0.0, end_by - now)))
 
 
-class Watcher(object):
+# ==================================================================================================
+# 5. Hub: the first node's watcher hears every node's state over TCP, decides the stop (the first
+#    failure by time, a lost node, the lease) and answers it to each node.
+# ==================================================================================================
+
+class Hub(object):
+    """The hub's half of ``Watcher`` (its state: nodes, last_seen, states, failures, lost, stop, lock)."""
+
+    def handle(self, conn):
+        conn.settimeout(self.lost_after + 5)
+        reader = conn.makefile("rb")
+        node = None
+        try:
+            for raw in reader:
+                try:
+                    msg = json.loads(raw.decode("utf-8"))
+                except ValueError:
+                    return
+                if not hmac.compare_digest(str(msg.get("token", "")), self.token) or msg.get("node") not in self.nodes:
+                    return
+                node = msg["node"]
+                self.on_message(msg)
+                with self.lock:
+                    reply = {"stop": self.stop, "restart": self.restart_requested.pop(node, None)}
+                conn.sendall((json.dumps(reply) + "\n").encode("utf-8"))
+        except (OSError, ValueError):
+            return
+        finally:
+            try:
+                conn.close()
+            except OSError:
+                pass
+
+    def on_message(self, msg):
+        node = msg["node"]
+        with self.lock:
+            self.last_seen[node] = time.time()
+            changed = self.states.get(node) != msg.get("state")
+            self.states[node] = msg.get("state")
+            failure = msg.get("failure")
+            if failure and not any(f.get("node") == node for f in self.failures):
+                self.failures.append(failure)
+                changed = True
+        if changed:
+            self.poke()
+
+    def serve(self, port):
+        server = socket.socket(socket.AF_INET6 if ":" in self.conf.get("bind", "") else socket.AF_INET)
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind((self.conf.get("bind") or "0.0.0.0", port))
+        server.listen(64)
+        while True:
+            conn, _addr = server.accept()
+            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
+
+    def hub_tick(self, local):
+        now = time.time()
+        with self.lock:
+            self.last_seen[self.node] = now
+            self.states[self.node] = local["state"]
+            if local["failure"] and not any(f.get("node") == self.node for f in self.failures):
+                self.failures.append(local["failure"])
+            lost = lost_nodes(self.nodes, self.last_seen, self.states, now, self.lost_after, self.started)
+            for node in lost:
+                if node not in self.lost:
+                    self.lost.append(node)
+                    self.log("node %s lost: no heartbeat for %ss" % (node, self.lost_after))
+                    if self.elastic and not self.stop:
+                        # The ranks of the remaining nodes may block on the dead peer forever: restart them;
+                        # torchrun re-rendezvouses with the nodes that are left.
+                        for other in self.nodes:
+                            if other not in self.lost:
+                                self.restart_requested[other] = node
+            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone())
+            refined = refine_stop(self.stop, self.lost)
+            if self.stop and refined is not self.stop:
+                self.stop = refined
+                self.log("stop: %s" % describe_stop(self.stop, self.lost_after, self.lease))
+        if stop and not self.stop:
+            self.apply_stop(stop)
+        elif self.stop and not self.stopped_local:
+            self.apply_stop(self.stop)
+        restart = self.restart_requested.pop(self.node, None)
+        if restart:
+            self.log("restarting the ranks on this node without %s" % restart)
+            self.kill_local(workers_only=True)
+
+
+# ==================================================================================================
+# 6. Watcher: every node's loop - watch the local ranks, report to the hub (or be it), stop the job.
+# ==================================================================================================
+
+class Watcher(Hub):
     def __init__(self, job_dir, supervisor_pid=None):
         self.job_dir = job_dir
         self.sup_pid = int(supervisor_pid) if supervisor_pid else None
@@ -738,92 +843,12 @@ class Watcher(object):
             mtime = self.started
         return lease_expired(self.lease, mtime, time.time())
 
-    # -- hub
-    def handle(self, conn):
-        conn.settimeout(self.lost_after + 5)
-        reader = conn.makefile("rb")
-        node = None
-        try:
-            for raw in reader:
-                try:
-                    msg = json.loads(raw.decode("utf-8"))
-                except ValueError:
-                    return
-                if not hmac.compare_digest(str(msg.get("token", "")), self.token) or msg.get("node") not in self.nodes:
-                    return
-                node = msg["node"]
-                self.on_message(msg)
-                with self.lock:
-                    reply = {"stop": self.stop, "restart": self.restart_requested.pop(node, None)}
-                conn.sendall((json.dumps(reply) + "\n").encode("utf-8"))
-        except (OSError, ValueError):
-            return
-        finally:
-            try:
-                conn.close()
-            except OSError:
-                pass
-
-    def on_message(self, msg):
-        node = msg["node"]
-        with self.lock:
-            self.last_seen[node] = time.time()
-            changed = self.states.get(node) != msg.get("state")
-            self.states[node] = msg.get("state")
-            failure = msg.get("failure")
-            if failure and not any(f.get("node") == node for f in self.failures):
-                self.failures.append(failure)
-                changed = True
-        if changed:
-            self.poke()
-
     def poke(self):
         """End the main loop's nap now (from any thread)."""
         try:
             os.write(self.wake_w, b"!")
         except OSError:  # full: a wake-up is pending already
             pass
-
-    def serve(self, port):
-        server = socket.socket(socket.AF_INET6 if ":" in self.conf.get("bind", "") else socket.AF_INET)
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind((self.conf.get("bind") or "0.0.0.0", port))
-        server.listen(64)
-        while True:
-            conn, _addr = server.accept()
-            threading.Thread(target=self.handle, args=(conn,), daemon=True).start()
-
-    def hub_tick(self, local):
-        now = time.time()
-        with self.lock:
-            self.last_seen[self.node] = now
-            self.states[self.node] = local["state"]
-            if local["failure"] and not any(f.get("node") == self.node for f in self.failures):
-                self.failures.append(local["failure"])
-            lost = lost_nodes(self.nodes, self.last_seen, self.states, now, self.lost_after, self.started)
-            for node in lost:
-                if node not in self.lost:
-                    self.lost.append(node)
-                    self.log("node %s lost: no heartbeat for %ss" % (node, self.lost_after))
-                    if self.elastic and not self.stop:
-                        # The ranks of the remaining nodes may block on the dead peer forever: restart them;
-                        # torchrun re-rendezvouses with the nodes that are left.
-                        for other in self.nodes:
-                            if other not in self.lost:
-                                self.restart_requested[other] = node
-            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone())
-            refined = refine_stop(self.stop, self.lost)
-            if self.stop and refined is not self.stop:
-                self.stop = refined
-                self.log("stop: %s" % describe_stop(self.stop, self.lost_after, self.lease))
-        if stop and not self.stop:
-            self.apply_stop(stop)
-        elif self.stop and not self.stopped_local:
-            self.apply_stop(self.stop)
-        restart = self.restart_requested.pop(self.node, None)
-        if restart:
-            self.log("restarting the ranks on this node without %s" % restart)
-            self.kill_local(workers_only=True)
 
     # -- main loop
     def run(self):
@@ -898,6 +923,10 @@ class Watcher(object):
             except OSError:  # drained
                 pass
 
+
+# ==================================================================================================
+# 7. main: ``mt_watch.py <job dir> [supervisor pid]`` (the watcher), ``mt_watch.py follow <job dir> <s>``.
+# ==================================================================================================
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv

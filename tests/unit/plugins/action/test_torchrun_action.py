@@ -82,6 +82,7 @@ class _Polled(object):
     windows asked for) and no node."""
 
     _progress = staticmethod(action.ActionModule._progress)
+    _module_poll = action.ActionModule._module_poll
 
     def __init__(self, answers):
         self.answers = list(answers)
@@ -115,3 +116,16 @@ def test_the_first_window_is_short_only_without_a_started_line(monkeypatch, firs
     assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}, first=first) == {
         "done": True, "rc": 0}
     assert [round(w) for w in node.windows] == windows
+
+
+def test_a_node_lost_during_a_module_poll_is_a_failed_wait_not_an_unreachable_host(monkeypatch):
+    from ansible.errors import AnsibleConnectionFailure
+
+    def lost(*_args):
+        raise AnsibleConnectionFailure("container gone")
+
+    monkeypatch.setattr(action, "run_module", lost)
+    node = _Polled([None])  # the light poll cannot run: the module polls
+    out = action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {"inventory_hostname": "n2"})
+    assert out["failed"] is True and "done" not in out
+    assert out["msg"] == "lost the connection to n2 during the wait: container gone"
