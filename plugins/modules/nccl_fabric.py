@@ -232,9 +232,8 @@ from ansible_collections.multinode.training.plugins.module_utils._nccl.fabric im
     FabricError,
     launcher_env,
     plan,
-    read_gpu_state,
-    read_sysfs,
 )
+from ansible_collections.multinode.training.plugins.module_utils._nccl.sysfs import read_gpu_state, read_sysfs
 
 
 def main():

@@ -69,68 +69,53 @@ def _transport(proc):
     return net
 
 
-def parse(text):
-    """Per-process and per-host transport from NCCL INFO output.
+def _note_channel(proc, via):
+    """Count a connection's transport: NET/IB/0/GDRDMA -> NET/IB/0 counted, GDRDMA noted;
+    P2P/IPC, SHM/direct kept whole."""
+    parts = via.split("/")
+    key = "/".join(parts[:3]) if parts[0] == "NET" else "/".join(parts[:2])
+    proc["channels"][key] = proc["channels"].get(key, 0) + 1
+    if "GDRDMA" in parts:
+        proc["gdrdma"] = True
 
-    Returns {"processes": [...], "hosts": {host: {...}}, "ranks": {rank: {...}}, "lines": n}.
-    """
-    procs = {}
-    count = 0
-    for raw in text.splitlines():
-        match = _PREFIX.search(raw)
-        if not match:
-            continue
-        count += 1
-        proc = _process(procs, match.group("host"), match.group("pid"))
-        msg = match.group("msg").strip()
-        if match.group("level") == "WARN":
-            proc["warnings"].append(msg)
-            continue
-        found = _NET_IB_USING.match(msg)
-        if found:
-            proc["ib_devices"] = [{"device": d.group("dev"), "link_layer": d.group("ll")}
-                                  for d in _IB_DEV.finditer(found.group("devs"))]
-            continue
-        if msg.startswith("NET/IB : No device found"):
-            proc["no_ib_device"] = True
-            continue
-        found = _NET_SOCKET_USING.match(msg)
-        if found:
-            proc["socket_devices"] = [{"interface": d.group("ifname"), "address": d.group("addr")}
-                                      for d in _SOCKET_DEV.finditer(found.group("devs"))]
-            continue
-        found = _USING_NETWORK.match(msg)
-        if found:
-            proc["network"] = found.group("net")
-            continue
-        found = _CHANNEL.match(msg)
-        if found:
-            via = found.group("via")
-            parts = via.split("/")
-            # NET/IB/0/GDRDMA -> NET/IB/0 counted, GDRDMA noted; P2P/IPC, SHM/direct kept whole.
-            key = "/".join(parts[:3]) if parts[0] == "NET" else "/".join(parts[:2])
-            proc["channels"][key] = proc["channels"].get(key, 0) + 1
-            if "GDRDMA" in parts:
-                proc["gdrdma"] = True
-            continue
-        found = _COMM.search(msg)
-        if found:
-            rank = int(found.group("rank"))
-            if rank not in proc["ranks"]:
-                proc["ranks"].append(rank)
-            proc["nranks"] = int(found.group("nranks"))
-            continue
-        found = _VERSION.match(msg)
-        if found:
-            proc["version"] = found.group("version")
 
-    processes = []
-    for key in sorted(procs):
-        proc = procs[key]
-        proc["transport"] = _transport(proc)
-        proc["inter_node"] = any(via.startswith("NET/") for via in proc["channels"])
-        processes.append(proc)
+def _note_info(proc, msg):
+    """What one INFO message says about its process (devices, net, channel, rank, version)."""
+    found = _NET_IB_USING.match(msg)
+    if found:
+        proc["ib_devices"] = [{"device": d.group("dev"), "link_layer": d.group("ll")}
+                              for d in _IB_DEV.finditer(found.group("devs"))]
+        return
+    if msg.startswith("NET/IB : No device found"):
+        proc["no_ib_device"] = True
+        return
+    found = _NET_SOCKET_USING.match(msg)
+    if found:
+        proc["socket_devices"] = [{"interface": d.group("ifname"), "address": d.group("addr")}
+                                  for d in _SOCKET_DEV.finditer(found.group("devs"))]
+        return
+    found = _USING_NETWORK.match(msg)
+    if found:
+        proc["network"] = found.group("net")
+        return
+    found = _CHANNEL.match(msg)
+    if found:
+        _note_channel(proc, found.group("via"))
+        return
+    found = _COMM.search(msg)
+    if found:
+        rank = int(found.group("rank"))
+        if rank not in proc["ranks"]:
+            proc["ranks"].append(rank)
+        proc["nranks"] = int(found.group("nranks"))
+        return
+    found = _VERSION.match(msg)
+    if found:
+        proc["version"] = found.group("version")
 
+
+def _by_host(processes):
+    """The processes' findings merged per host: {host: {transports, transport, ranks, devices, ...}}."""
     hosts = {}
     for proc in processes:
         host = hosts.setdefault(proc["host"], {
@@ -152,13 +137,44 @@ def parse(text):
     for host in hosts.values():
         host["ranks"] = sorted(set(host["ranks"]))
         host["transport"] = "/".join(sorted(host["transports"])) if host["transports"] else None
+    return hosts
 
+
+def _by_rank(processes):
+    """{rank: {host, pid, transport, gdrdma}}, sorted by rank."""
     ranks = {}
     for proc in processes:
         for rank in proc["ranks"]:
             ranks[rank] = {"host": proc["host"], "pid": proc["pid"], "transport": proc["transport"],
                            "gdrdma": proc["gdrdma"]}
-    return {"processes": processes, "hosts": hosts, "ranks": dict(sorted(ranks.items())), "lines": count}
+    return dict(sorted(ranks.items()))
+
+
+def parse(text):
+    """Per-process and per-host transport from NCCL INFO output.
+
+    Returns {"processes": [...], "hosts": {host: {...}}, "ranks": {rank: {...}}, "lines": n}.
+    """
+    procs = {}
+    count = 0
+    for raw in text.splitlines():
+        match = _PREFIX.search(raw)
+        if not match:
+            continue
+        count += 1
+        proc = _process(procs, match.group("host"), match.group("pid"))
+        msg = match.group("msg").strip()
+        if match.group("level") == "WARN":
+            proc["warnings"].append(msg)
+        else:
+            _note_info(proc, msg)
+    processes = []
+    for key in sorted(procs):
+        proc = procs[key]
+        proc["transport"] = _transport(proc)
+        proc["inter_node"] = any(via.startswith("NET/") for via in proc["channels"])
+        processes.append(proc)
+    return {"processes": processes, "hosts": _by_host(processes), "ranks": _by_rank(processes), "lines": count}
 
 
 def socket_fallbacks(parsed, active_ib):

@@ -6,13 +6,15 @@ import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._nccl.fabric import (
     FabricError,
-    _natural_key,
-    gid_ipv4,
     launcher_env,
     odd_nodes,
-    parse_rate,
     parse_version,
     plan,
+)
+from ansible_collections.multinode.training.plugins.module_utils._nccl.sysfs import (
+    gid_ipv4,
+    natural_key,
+    parse_rate,
     read_gpu_state,
     read_sysfs,
 )
@@ -47,7 +49,7 @@ def test_device_names_sort_naturally():
     names = [d["name"] for d in detect("ib8_storage")["devices"]]
     assert names == ["mlx5_%d" % i for i in range(9)]
     # Nodes with 10+ HCAs: mlx5_10 sorts after mlx5_9, not between mlx5_1 and mlx5_2.
-    assert sorted(["mlx5_10", "mlx5_2", "mlx5_1", "mlx5_bond_0"], key=_natural_key) == [
+    assert sorted(["mlx5_10", "mlx5_2", "mlx5_1", "mlx5_bond_0"], key=natural_key) == [
         "mlx5_1", "mlx5_2", "mlx5_10", "mlx5_bond_0"]
 
 
