@@ -190,7 +190,7 @@ def package_problems(venv_facts, lock_packages):
 def current_problems(manifest, venv_facts, lock_sha256, node_dir, expected, record_text, lock_packages=None):
     """Why this node needs the copy, install or verification steps; empty when it is current.
 
-    venv_facts: _wheel.compat.venv_facts() of the venv path (its marker, state, symlink target, packages);
+    venv_facts: _wheel.node_probe.venv_facts() of the venv path (its marker, state, symlink target, packages);
     lock_packages: the job requirements' lock as name==version (None: no job requirements).
     """
     problems = []
