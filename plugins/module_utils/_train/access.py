@@ -240,13 +240,10 @@ def start_listener(addr, port, expected, limit, python=None, wait=10.0):
     return None, line or "the listener did not start within %ss" % wait
 
 
-def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
-    """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``)."""
-    is_root = (os.geteuid() == 0) if is_root is None else is_root
+def check_ports_and_firewall(p, result, run_command, get_bin_path, is_root):
+    """Step 1, what needs no account: ssh's ports (the job's port must not be one of them) and the
+    firewall tool (``decide_firewall``; nft's check mode tries the job's rule) -> problem lines."""
     problems = []
-    result = dict(changed=False, access=[], paths=[], problems=problems, account_missing=False, account_created=False,
-                  groups_present=[], directories=[], listener=None, probe=None)
-    # 1. what needs no account: ssh's ports, the firewall tool
     text = ""
     try:
         with open(p["sshd_config"]) as handle:
@@ -271,9 +268,13 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     except SecurityError as exc:
         result["firewall"] = {"enabled": False, "note": str(exc)}
         problems.append(str(exc))
-    # 1b. the paths the job opens, as far as the module's own user sees them: missing (refused where
-    # preflight follows, before anything is copied or an account created), of another kind, an env
-    # file it cannot read (it reads them for the job)
+    return problems
+
+
+def check_paths(p, result):
+    """Step 1b, the paths the job opens as far as the module's own user sees them: missing (refused
+    where preflight follows, before anything is copied or an account created), of another kind, an
+    env file it cannot read (it reads them for the job) -> (checks, problem lines)."""
     checks = [dict(c, var=c.get("var") or "path", kind=c.get("kind"), who=c.get("who") or "account",
                    provided=bool(c.get("provided")), missing=c.get("missing") or "skip") for c in p["checks"]]
     job = p.get("job")
@@ -285,74 +286,116 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
             check["ok"] = os.access(check["path"], MODES[check["need"]])
             check["error"] = None if check["ok"] else "Permission denied"
             check["reader"] = pwd.getpwuid(os.geteuid()).pw_name
-    python_check = next((c for c in checks if c["var"] == "train_python" and c["who"] == "account"), None)
     result["paths"] = [{k: c.get(k) for k in ("var", "path", "need", "who", "provided", "state")} for c in checks]
-    problems.extend(path_problems(checks))
-    # 2. the account; a missing one the role creates (``create``) is created here, only when nothing
-    # stood in the way so far (an existing account is never changed)
+    return checks, path_problems(checks)
+
+
+def resolve_account(p, result, problems, run_command, get_bin_path, check_mode):
+    """Step 2, the job's account -> the account or None; problem lines go to ``problems``. A missing
+    one the role creates (``create``) is created here, only when nothing stood in the way so far
+    (an existing account is never changed)."""
+    exists, group_exists, account = lookup(p["user"], p["group"])
+    result["account_missing"] = not exists
+    problem = account_problem(p["user"], p["group"], exists, group_exists, p["create"])
+    if problem:
+        problems.append(problem)
+    if p["user_groups"]:
+        names = set(g.gr_name for g in grp.getgrall())
+        result["groups_present"] = [g for g in p["user_groups"] if g in names]
+    if exists or not p["create"] or problems:
+        return account
+    error = None if check_mode else create_account(p["user"], p["group"], result["groups_present"],
+                                                   run_command, get_bin_path)
+    if error:
+        problems.append("train_user=%s (train_group=%s): cannot be created (%s); valid: a new account "
+                        "name, or an existing account and group" % (p["user"], p["group"] or "", error))
+        return account
+    result["changed"] = result["account_created"] = True
+    if not check_mode:
+        exists, group_exists, account = lookup(p["user"], p["group"])
+    return account
+
+
+def check_account_access(p, result, checks, account):
+    """Step 3, what the account must reach, checked as the account (``access_as``): the paths it
+    opens that exist and are not provided by the code copy, and the venv of its python -> problem lines."""
+    result["account"] = account
+    python_check = next((c for c in checks if c["var"] == "train_python" and c["who"] == "account"), None)
+    mine = [c for c in checks if c["who"] == "account" and not c["provided"] and c["state"] != "missing"
+            and (c["kind"] is None or c["state"] in (c["kind"], "unknown"))]
+    if python_check and python_check in mine and python_check["state"] == "file":
+        mine += venv_checks(python_check["path"], (p.get("job") or {}).get("venv"), *venv_layout(
+            python_check["path"]))
+    for check, (ok, error) in zip(mine, access_as(account, mine)):
+        result["access"].append(dict(var=check["var"], path=check["path"], need=check["need"], ok=bool(ok),
+                                     error=error, part_of=check.get("part_of")))
+    return account_problems(p["user"], result["access"])
+
+
+def start_job_listener(listen, result):
+    """Step 4a, the listener of preflight's reachability check (first node) -> a problem line or None."""
+    pid, error = start_listener(listen["addr"], listen["port"], listen["expected"], listen["timeout"],
+                                listen.get("python"))
+    result["listener"] = {"pid": pid, "error": error}
+    if not error:
+        return None
+    return ("train_rdzv_port=%s: in use on %s (%s); valid: a free port in 1-65535 reachable from "
+            "all nodes" % (listen["port"], listen["addr"], error))
+
+
+def ensure_directories(p, result, account, check_mode):
+    """Step 4b, the account's directories (``ensure_directory``) -> problem lines."""
+    problems = []
+    for entry in p["directories"]:
+        try:
+            changed = ensure_directory(entry["path"], account["uid"], account["gid"] if p["group"] else None,
+                                       int(str(entry.get("mode") or "0750"), 8), check_mode)
+        except (SecurityError, OSError) as exc:
+            problems.append("%s=%s: %s; valid: a directory path" % (entry.get("var", "path"), entry["path"], exc))
+            continue
+        result["directories"].append({"path": entry["path"], "changed": changed})
+        result["changed"] = result["changed"] or changed
+    return problems
+
+
+def run_probe(probe, run_command):
+    """Step 5, preflight's probe (read-only; its problems are compared across the nodes by the role)."""
+    connect = None
+    if probe.get("connect_host"):
+        connect = {"host": probe["connect_host"], "port": probe["connect_port"],
+                   "timeout": probe.get("connect_timeout") or 15}
+    return probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
+                      probe.get("env_files") or [], connect, probe.get("code"))
+
+
+def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
+    """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``).
+
+    The steps run in order; the account is created, the listener started and the directories made
+    only while nothing stands in the way."""
+    is_root = (os.geteuid() == 0) if is_root is None else is_root
+    problems = []
+    result = dict(changed=False, access=[], paths=[], problems=problems, account_missing=False, account_created=False,
+                  groups_present=[], directories=[], listener=None, probe=None)
+    problems.extend(check_ports_and_firewall(p, result, run_command, get_bin_path, is_root))
+    checks, path_lines = check_paths(p, result)
+    problems.extend(path_lines)
     account = None
     if p["user"]:
-        exists, group_exists, account = lookup(p["user"], p["group"])
-        result["account_missing"] = not exists
-        problem = account_problem(p["user"], p["group"], exists, group_exists, p["create"])
-        if problem:
-            problems.append(problem)
-        if p["user_groups"]:
-            names = set(g.gr_name for g in grp.getgrall())
-            result["groups_present"] = [g for g in p["user_groups"] if g in names]
-        if not exists and p["create"] and not problems:
-            error = None if check_mode else create_account(p["user"], p["group"], result["groups_present"],
-                                                           run_command, get_bin_path)
-            if error:
-                problems.append("train_user=%s (train_group=%s): cannot be created (%s); valid: a new account "
-                                "name, or an existing account and group" % (p["user"], p["group"] or "", error))
-            else:
-                result["changed"] = result["account_created"] = True
-                if not check_mode:
-                    exists, group_exists, account = lookup(p["user"], p["group"])
-    # 3. what the account must reach
+        account = resolve_account(p, result, problems, run_command, get_bin_path, check_mode)
     if account:
-        result["account"] = account
-        mine = [c for c in checks if c["who"] == "account" and not c["provided"] and c["state"] != "missing"
-                and (c["kind"] is None or c["state"] in (c["kind"], "unknown"))]
-        if python_check and python_check in mine and python_check["state"] == "file":
-            mine += venv_checks(python_check["path"], (p.get("job") or {}).get("venv"), *venv_layout(
-                python_check["path"]))
-        for check, (ok, error) in zip(mine, access_as(account, mine)):
-            result["access"].append(dict(var=check["var"], path=check["path"], need=check["need"], ok=bool(ok),
-                                         error=error, part_of=check.get("part_of")))
-        problems.extend(account_problems(p["user"], result["access"]))
+        problems.extend(check_account_access(p, result, checks, account))
     if problems:
         return result
-    # 4. nothing stands in the way: the listener (first node), then the account's directories
-    listen = p.get("listen")
-    if listen:
-        pid, error = start_listener(listen["addr"], listen["port"], listen["expected"], listen["timeout"],
-                                    listen.get("python"))
-        result["listener"] = {"pid": pid, "error": error}
-        if error:
-            problems.append("train_rdzv_port=%s: in use on %s (%s); valid: a free port in 1-65535 reachable from "
-                            "all nodes" % (listen["port"], listen["addr"], error))
+    if p.get("listen"):
+        problem = start_job_listener(p["listen"], result)
+        if problem:
+            problems.append(problem)
             return result
     if account:
-        for entry in p["directories"]:
-            try:
-                changed = ensure_directory(entry["path"], account["uid"], account["gid"] if p["group"] else None,
-                                           int(str(entry.get("mode") or "0750"), 8), check_mode)
-            except (SecurityError, OSError) as exc:
-                problems.append("%s=%s: %s; valid: a directory path" % (entry.get("var", "path"), entry["path"], exc))
-                continue
-            result["directories"].append({"path": entry["path"], "changed": changed})
-            result["changed"] = result["changed"] or changed
-    # 5. preflight's probe (read-only; its problems are compared across the nodes by the role)
-    probe = p.get("probe")
-    if probe and not problems:
-        connect = None
-        if probe.get("connect_host"):
-            connect = {"host": probe["connect_host"], "port": probe["connect_port"],
-                       "timeout": probe.get("connect_timeout") or 15}
-        result["probe"] = probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
-                                     probe.get("env_files") or [], connect, probe.get("code"))
+        problems.extend(ensure_directories(p, result, account, check_mode))
+    if p.get("probe") and not problems:
+        result["probe"] = run_probe(p["probe"], run_command)
     return result
 
 

@@ -86,12 +86,12 @@ def stop_stale(port, proc="/proc", wait=3.0):
     # Wait until each is a zombie or gone, not until its command line is empty: the kernel frees a
     # dying process's memory (cmdline reads empty) before it closes its files (the socket).
     deadline = time.time() + wait
-    while time.time() < deadline and any(_running(pid, proc) for pid in pids):
+    while time.time() < deadline and any(running(pid, proc) for pid in pids):
         time.sleep(0.05)
     return pids
 
 
-def _running(pid, proc="/proc"):
+def running(pid, proc="/proc"):
     """Whether ``pid`` still exists and has not yet exited (state neither Z nor X)."""
     try:
         with open(os.path.join(proc, str(pid), "stat"), "rb") as handle:

@@ -153,16 +153,71 @@ def endpoint(host, port):
     return "[%s]:%s" % (host, port) if ":" in str(host) else "%s:%s" % (host, port)
 
 
+def environment_problem(host, probe, first, reference, venv, require_deepspeed):
+    """One node's python against the first node's -> a problem line or None: missing, its probe
+    failed, it lacks torch (or DeepSpeed, when required), or its environment differs."""
+    j = json.dumps
+    python = probe["python"]["path"]
+    if not probe["python"]["executable"]:
+        return ("%s: train_python=%s: missing or not executable on this node (train_venv=%s); valid: the "
+                "venv that multinode.training.wheel_distribute installs (tag prepare)" % (host, j(python), j(venv)))
+    if probe.get("environment") is None:
+        return ("%s: train_python=%s: the environment probe failed (%s); valid: a python 3.8+ with torch "
+                "(the venv of multinode.training.wheel_distribute, tag prepare)"
+                % (host, j(python), probe.get("probe_error")))
+    mine, first_env = _env(probe), _env(reference)
+    lacks = [name for name in ("torch", "deepspeed") if mine[name] is None
+             and (name == "torch" or require_deepspeed)]
+    if lacks:
+        return ("%s: train_python=%s: lacks %s; valid: the venv that multinode.training.wheel_distribute "
+                "installs (tag prepare)%s" % (host, j(python), " and ".join(lacks), (
+                    ", or train_require_deepspeed=false" if lacks == ["deepspeed"] else "")))
+    if host != first and reference.get("environment") is not None and mine != first_env:
+        return ("%s: train_python=%s: its environment %s differs from %s's %s; valid: the same python, "
+                "torch, DeepSpeed and ops on all nodes (run with tag prepare)"
+                % (host, j(python), j(mine, sort_keys=True), first, j(first_env, sort_keys=True)))
+    return None
+
+
+def file_problems(host, probe, first, first_sum, interface):
+    """One node's script (against the first node's sha256), chdir, env files and its connect to the
+    rendezvous -> problem lines."""
+    j = json.dumps
+    problems = []
+    script = probe.get("script")
+    if script is not None:
+        if not script["exists"]:
+            problems.append("%s: train_script=%s: missing on this node; valid: the same file on all nodes "
+                            "(train_sync_code copies it)" % (host, j(script["path"])))
+        elif host != first and script["sha256"] != first_sum:
+            problems.append("%s: train_script=%s: sha256 %s differs from %s's %s; valid: the same file on all nodes "
+                            "(train_sync_code copies it)" % (host, j(script["path"]), script["sha256"], first, first_sum))
+    chdir = probe.get("chdir")
+    if chdir is not None and not chdir["isdir"]:
+        problems.append("%s: train_chdir=%s: not a directory on this node; valid: an existing directory on every "
+                        "node, or empty (the job's log directory)" % (host, j(chdir["path"])))
+    for entry in probe.get("env_files") or []:
+        if not entry["exists"]:
+            problems.append("%s: %s=%s: missing on this node; valid: existing KEY=VALUE files (the NCCL file comes "
+                            "from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)"
+                            % (host, entry["var"], j(entry["path"])))
+    reach = probe.get("connect")
+    if reach and not reach["ok"]:
+        problems.append("%s: train_rdzv_port=%s: this node cannot connect to the rendezvous address %s (%s, "
+                        "train_interface=%s) within %ss (%s); valid: an interface all nodes reach, a port the "
+                        "firewall lets through" % (host, reach["port"], endpoint(reach["host"], reach["port"]), first,
+                                                   j(interface), int(reach["seconds"]), reach["error"]))
+    return problems
+
+
 def compare(probes, hosts, first, venv="", require_deepspeed=True, interface=""):
     """{node: probe_node()} -> problem lines (empty: every node is ready and the same).
 
     ``hosts`` gives the order of the nodes, ``first`` the node the others are compared with (it
     hosts the rendezvous), ``interface`` its train_interface, for messages.
     """
-    j = json.dumps
     problems = []
     reference = probes.get(first) or {}
-    first_env = _env(reference)
     first_sum = ((reference.get("script") or {}).get("sha256")) or "none"
     packages = {}
     for host in hosts:
@@ -170,50 +225,12 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="")
         if not probe:
             problems.append("%s: no preflight probe result (the node did not answer)" % host)
             continue
-        python = probe["python"]["path"]
-        if not probe["python"]["executable"]:
-            problems.append("%s: train_python=%s: missing or not executable on this node (train_venv=%s); valid: the "
-                            "venv that multinode.training.wheel_distribute installs (tag prepare)" % (host, j(python), j(venv)))
-        elif probe.get("environment") is None:
-            problems.append("%s: train_python=%s: the environment probe failed (%s); valid: a python 3.8+ with torch "
-                            "(the venv of multinode.training.wheel_distribute, tag prepare)"
-                            % (host, j(python), probe.get("probe_error")))
-        else:
-            mine = _env(probe)
-            lacks = [name for name in ("torch", "deepspeed") if mine[name] is None
-                     and (name == "torch" or require_deepspeed)]
-            if lacks:
-                problems.append("%s: train_python=%s: lacks %s; valid: the venv that multinode.training.wheel_distribute "
-                                "installs (tag prepare)%s" % (host, j(python), " and ".join(lacks), (
-                                    ", or train_require_deepspeed=false" if lacks == ["deepspeed"] else "")))
-            elif host != first and reference.get("environment") is not None and mine != first_env:
-                problems.append("%s: train_python=%s: its environment %s differs from %s's %s; valid: the same python, "
-                                "torch, DeepSpeed and ops on all nodes (run with tag prepare)"
-                                % (host, j(python), j(mine, sort_keys=True), first, j(first_env, sort_keys=True)))
+        problem = environment_problem(host, probe, first, reference, venv, require_deepspeed)
+        if problem:
+            problems.append(problem)
+        if probe["python"]["executable"] and probe.get("environment") is not None:
             packages[host] = probe["environment"].get("packages") or []
-        script = probe.get("script")
-        if script is not None:
-            if not script["exists"]:
-                problems.append("%s: train_script=%s: missing on this node; valid: the same file on all nodes "
-                                "(train_sync_code copies it)" % (host, j(script["path"])))
-            elif host != first and script["sha256"] != first_sum:
-                problems.append("%s: train_script=%s: sha256 %s differs from %s's %s; valid: the same file on all nodes "
-                                "(train_sync_code copies it)" % (host, j(script["path"]), script["sha256"], first, first_sum))
-        chdir = probe.get("chdir")
-        if chdir is not None and not chdir["isdir"]:
-            problems.append("%s: train_chdir=%s: not a directory on this node; valid: an existing directory on every "
-                            "node, or empty (the job's log directory)" % (host, j(chdir["path"])))
-        for entry in probe.get("env_files") or []:
-            if not entry["exists"]:
-                problems.append("%s: %s=%s: missing on this node; valid: existing KEY=VALUE files (the NCCL file comes "
-                                "from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)"
-                                % (host, entry["var"], j(entry["path"])))
-        reach = probe.get("connect")
-        if reach and not reach["ok"]:
-            problems.append("%s: train_rdzv_port=%s: this node cannot connect to the rendezvous address %s (%s, "
-                            "train_interface=%s) within %ss (%s); valid: an interface all nodes reach, a port the "
-                            "firewall lets through" % (host, reach["port"], endpoint(reach["host"], reach["port"]), first,
-                                                       j(interface), int(reach["seconds"]), reach["error"]))
+        problems.extend(file_problems(host, probe, first, first_sum, interface))
     if len(packages) > 1:
         diff = differences(packages)
         if diff:

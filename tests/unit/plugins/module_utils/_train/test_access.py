@@ -496,5 +496,5 @@ def test_a_killed_listener_counts_as_gone_once_a_zombie(tmp_path, stat, running)
     # freed before its socket is closed, and the c10d store's bind then failed with EADDRINUSE.
     (tmp_path / "4242").mkdir()
     (tmp_path / "4242" / "stat").write_bytes(stat)
-    assert lis._running(4242, str(tmp_path)) is running
-    assert lis._running(4243, str(tmp_path)) is False
+    assert lis.running(4242, str(tmp_path)) is running
+    assert lis.running(4243, str(tmp_path)) is False
