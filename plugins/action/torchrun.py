@@ -48,6 +48,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.follo
     started_line,
     wait_args,
 )
+from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import enabled as light_enabled
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, prepare, run_module
 from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm
 
@@ -139,7 +140,7 @@ class ActionModule(ActionBase):
                 answerless = False
                 if polled.get("done"):
                     break
-                if not light and polled.get("interpreter") and polled.get("job_dir"):
+                if not light and light_enabled() and polled.get("interpreter") and polled.get("job_dir"):
                     light = light_poll_argv(polled["interpreter"], polled["job_dir"])
                 next_print = self._progress(host, polled, next_print, poll)
             packed = polled.pop("archive", None)

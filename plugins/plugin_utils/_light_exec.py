@@ -12,6 +12,18 @@ That costs the node a python start-up (plus the compile of those sources, about 
 CPU-seconds for torchrun's, where the magic differs) instead of about 0.3 for a module call, on
 every node at once. The answer is the entry's one JSON line.
 
+The seam: ``run_module(action, module, entry, args, task_vars)`` is the one call the actions make,
+for the modules in ``ENTRIES`` only. It imposes one rule on an entry and everything it imports:
+standard library and this collection's module_utils only (no Ansible), an ``ARGUMENT_SPEC`` that the
+module file hands to AnsibleModule too, and a ``run_module(module)`` that uses only what
+``_node.light.LightModule`` has (tests/unit/plugins/plugin_utils/test_light_exec.py checks all three,
+so the module and the light call run the same code). ``MULTINODE_TRAINING_LIGHT_CALLS=0`` in the
+controller's environment turns it off: every call is then Ansible's module call (pipelining, as for
+any module), and so are the torchrun action's polls (benchmarks/launch.sh measures both ways).
+Measured (benchmarks/README.md): off costs about 0.7 s at 2 nodes and 3 s at 8 nodes over ssh on a
+2-core host whose containers share the CPUs; on real nodes it is the python start-up per call
+instead of about 0.3 CPU-seconds of module machinery, on every node, at each start/poll/stop.
+
 ``light_python`` says where this cannot run, and the action makes the usual module call instead:
 no absolute python known for the host yet (ansible_python_interpreter, the one discovered - by the
 first module call or by train.yml's node_facts - or interpreter_python in ansible.cfg), a
@@ -30,6 +42,14 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 
 from ansible_collections.multinode.training.plugins.module_utils._node import light as _light
+
+# The modules whose actions make light calls, and their entries (module_utils: ARGUMENT_SPEC, run_module).
+ENTRIES = {
+    "multinode.training.torchrun": "ansible_collections.multinode.training.plugins.module_utils._torchrun.job",
+    "multinode.training.train_access": "ansible_collections.multinode.training.plugins.module_utils._train.access",
+}
+# The switch: "0" turns light calls and light polls off (module calls throughout).
+SWITCH = "MULTINODE_TRAINING_LIGHT_CALLS"
 
 _SOURCES = {}
 # entry -> its sources, packed (_light.pack) once
@@ -167,8 +187,15 @@ def configured_python(task_vars):
         C.config.get_config_value("INTERPRETER_PYTHON", variables=task_vars)
 
 
+def enabled(environ=None):
+    """False where the controller's environment turns light calls off (SWITCH=0)."""
+    return (os.environ if environ is None else environ).get(SWITCH, "1").strip() != "0"
+
+
 def light_python(action, task_vars):
     """The host's python when a light call can run on this connection, else None."""
+    if not enabled():
+        return None
     task_vars = task_vars or {}
     connection = action._connection
     if action._task.async_val or not getattr(connection, "has_pipelining", False):
@@ -216,7 +243,10 @@ def run_light(action, module, entry, args, task_vars, python):
 
 
 def run_module(action, module, entry, args, task_vars):
-    """``module`` with ``args``: light where it can run (light_python), else the usual module call."""
+    """``module`` with ``args``: light where it can run (light_python), else the usual module call.
+    ``module`` must be one of ENTRIES, with ``entry`` its entry (the rule the tests check is theirs)."""
+    if ENTRIES.get(module) != entry:
+        raise ValueError("%s: not a light module with entry %s; valid: %s" % (module, entry, ", ".join(sorted(ENTRIES))))
     python = light_python(action, task_vars)
     if python is None:
         return action._execute_module(module_name=module, module_args=args, task_vars=task_vars)
