@@ -1,0 +1,43 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fabric check's pairing: rounds of disjoint pairs that cover every pair of nodes once.
+
+The circle method (a round-robin tournament): rank 0 stays, the others rotate one
+place a round. N nodes take N-1 rounds of N/2 pairs when N is even, N rounds of
+(N-1)/2 pairs when N is odd (one node sits out each round, each node once), so every
+link is measured once in about N rounds instead of N^2 one-pair runs, and no node
+is in two measurements at the same time. Standard library only: the probe
+(roles/train/files/fabric_probe.py) carries the same function and a unit test keeps
+the two equal.
+"""
+from __future__ import annotations
+
+
+def rounds(count):
+    """``count`` nodes (ranks 0..count-1) -> a list of rounds, each a list of pairs ``(low, high)``."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError("count=%r: expected a node count, 0 or more" % (count,))
+    if count < 2:
+        return []
+    ring = list(range(count)) + ([None] if count % 2 else [])
+    size = len(ring)
+    out = []
+    for _round in range(size - 1):
+        pairs = []
+        for i in range(size // 2):
+            a, b = ring[i], ring[size - 1 - i]
+            if a is not None and b is not None:
+                pairs.append((min(a, b), max(a, b)))
+        out.append(sorted(pairs))
+        ring = [ring[0], ring[-1]] + ring[1:-1]
+    return out
+
+
+def peer(schedule, rank, index):
+    """The rank ``rank`` meets in round ``index`` (None: it sits out) and whether it leads (the lower rank)."""
+    for low, high in schedule[index]:
+        if rank == low:
+            return high, True
+        if rank == high:
+            return low, False
+    return None, False

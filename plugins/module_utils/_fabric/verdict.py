@@ -1,0 +1,178 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fabric check's verdict: which node or link is slow, what the gate does, the node-by-node matrix.
+
+Input: the probe's result (roles/train/files/fabric_probe.py, ``fabric.json`` in the
+probe job's directory)::
+
+    {"nodes": [names in the play's order], "backend": "gloo", "device": "cpu",
+     "links": [{"a": n1, "b": n2, "gbps": 9.1, "latency_ms": 0.08}, ...],
+     "compute": {n1: {"gflops": 41.0}, ...}, "allreduce_busbw_gbps": 6.2, "seconds": 3.1}
+
+Rules (docs/fabric.md):
+
+* links: a node's figure is its *best* link (highest Gbit/s, lowest latency); the
+  reference is the median of those best figures over the nodes. A link below
+  ``ratio`` x reference Gbit/s, or whose latency is above reference / ``ratio`` and
+  more than ``LATENCY_SLACK_MS`` above it, is slow; so is one below ``min_gbps``.
+  With the best link per node, one bad node among three is found although two of
+  the three links are slow (their median would be a slow one).
+* a slow link is blamed on its endpoint(s) whose best link is slow too; when neither
+  is (a bad cable between two good nodes), both are named.
+* compute: a node below ``ratio`` x the median GFLOP/s is slow.
+* the gate: ``off`` nothing; ``warn`` names the flagged nodes and goes on; ``gate``
+  fails, unless the job is elastic (``MIN:MAX``) and at least MIN nodes remain
+  without the flagged ones: then it drops them.
+"""
+from __future__ import annotations
+
+import statistics
+
+MODES = ("off", "warn", "gate")
+# Container and VM latencies jitter by tenths of a millisecond: a node is not slow
+# for 0.1 ms against 0.05 ms.
+LATENCY_SLACK_MS = 1.0
+
+
+class FabricError(ValueError):
+    """A result or an option the verdict cannot read; the message names it."""
+
+
+def _nnodes(value, hosts):
+    text = str(value).strip()
+    if not text:
+        return len(hosts), len(hosts)
+    low, _, high = text.partition(":")
+    try:
+        return int(low), int(high or low)
+    except ValueError:
+        raise FabricError("train_nnodes=%r: expected N or MIN:MAX" % (value,))
+
+
+def _check(result):
+    if not isinstance(result, dict) or not isinstance(result.get("nodes"), list):
+        raise FabricError("fabric result: expected a mapping with 'nodes', got %r" % (result,))
+    nodes = result["nodes"]
+    for link in result.get("links", []):
+        if link.get("a") not in nodes or link.get("b") not in nodes:
+            raise FabricError("fabric result: link %r names a node not in %s" % (link, nodes))
+    return nodes
+
+
+def _best(nodes, links):
+    """{node: (best Gbit/s, best latency ms)} over the node's links."""
+    best = {}
+    for node in nodes:
+        mine = [link for link in links if node in (link["a"], link["b"])]
+        if mine:
+            best[node] = (max(link["gbps"] for link in mine), min(link["latency_ms"] for link in mine))
+    return best
+
+
+def _slow_links(links, best, ratio, min_gbps):
+    """[(link, [reasons])] for the slow links, and the references used."""
+    ref_gbps = statistics.median([b[0] for b in best.values()]) if best else None
+    ref_lat = statistics.median([b[1] for b in best.values()]) if best else None
+    slow = []
+    for link in links:
+        why = []
+        if len(best) > 2 and link["gbps"] < ratio * ref_gbps:
+            why.append("%.3g Gbit/s < %.3g x median %.3g" % (link["gbps"], ratio, ref_gbps))
+        if min_gbps and link["gbps"] < min_gbps:
+            why.append("%.3g Gbit/s < train_fabric_min_gbps %.3g" % (link["gbps"], min_gbps))
+        if len(best) > 2 and link["latency_ms"] > max(ref_lat / ratio, ref_lat + LATENCY_SLACK_MS):
+            why.append("latency %.3g ms > median %.3g ms / %.3g" % (link["latency_ms"], ref_lat, ratio))
+        if why:
+            slow.append((link, why))
+    return slow, ref_gbps, ref_lat
+
+
+def _node_is_slow(node, best, ratio, min_gbps, ref_gbps, ref_lat):
+    gbps, lat = best[node]
+    return (gbps < ratio * ref_gbps or (min_gbps and gbps < min_gbps)
+            or lat > max(ref_lat / ratio, ref_lat + LATENCY_SLACK_MS))
+
+
+def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat):
+    """{node: [reasons]} for the slow links: the endpoint whose best link is slow too, else both."""
+    flagged = {}
+    for link, why in slow:
+        ends = [link["a"], link["b"]]
+        guilty = [n for n in ends if _node_is_slow(n, best, ratio, min_gbps, ref_gbps, ref_lat)] or ends
+        for node in guilty:
+            other = link["b"] if node == link["a"] else link["a"]
+            flagged.setdefault(node, []).append("link to %s: %s" % (other, "; ".join(why)))
+    return flagged
+
+
+def _slow_compute(nodes, compute, ratio):
+    figures = {n: compute[n]["gflops"] for n in nodes if n in compute}
+    if len(figures) < 2:
+        return {}, None
+    ref = statistics.median(figures.values())
+    return {n: ["compute %.3g GFLOP/s < %.3g x median %.3g" % (v, ratio, ref)]
+            for n, v in figures.items() if v < ratio * ref}, ref
+
+
+def decide(flagged, hosts, mode, nnodes):
+    """What the gate does: {'action': ok|warn|fail|drop, 'keep': [...], 'drop': [...]}."""
+    if mode not in MODES:
+        raise FabricError("train_fabric_check=%r: valid: %s" % (mode, ", ".join(MODES)))
+    bad = [h for h in hosts if h in flagged]
+    good = [h for h in hosts if h not in flagged]
+    if mode == "off" or not bad:
+        return {"action": "ok", "keep": list(hosts), "drop": []}
+    if mode == "warn":
+        return {"action": "warn", "keep": list(hosts), "drop": []}
+    low, high = _nnodes(nnodes, hosts)
+    if low < high and len(good) >= low:
+        return {"action": "drop", "keep": good, "drop": bad}
+    return {"action": "fail", "keep": list(hosts), "drop": []}
+
+
+def matrix(result, flagged):
+    """The node-by-node matrix as lines: Gbit/s (latency ms) per link, compute per node, '*' for flagged."""
+    nodes = result["nodes"]
+    cells = {}
+    for link in result.get("links", []):
+        text = "%.3g (%.3g)" % (link["gbps"], link["latency_ms"])
+        cells[(link["a"], link["b"])] = cells[(link["b"], link["a"])] = text
+    width = max([len(n) for n in nodes] + [len(c) for c in cells.values()] + [7]) + 2
+    first = max([len(n) + 1 for n in nodes] + [19]) + 2
+    lines = ["Gbit/s (latency ms)".ljust(first) + "".join(n.ljust(width) for n in nodes).rstrip()]
+    for row in nodes:
+        mark = "*" if row in flagged else ""
+        lines.append((row + mark).ljust(first) + "".join(
+            cells.get((row, col), "-").ljust(width) for col in nodes).rstrip())
+    compute = result.get("compute", {})
+    lines.append("GFLOP/s".ljust(first) + "".join(
+        ("%.3g" % compute[n]["gflops"] if n in compute else "-").ljust(width) for n in nodes).rstrip())
+    return lines
+
+
+def verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=""):
+    """The probe's result -> flagged nodes with reasons, the gate's decision, the matrix and a summary."""
+    nodes = _check(result)
+    if not 0 < float(ratio) < 1:
+        raise FabricError("train_fabric_ratio=%r: valid: between 0 and 1" % (ratio,))
+    ratio = float(ratio)
+    min_gbps = float(min_gbps) if min_gbps else None
+    links = result.get("links", [])
+    best = _best(nodes, links)
+    slow, ref_gbps, ref_lat = _slow_links(links, best, ratio, min_gbps)
+    flagged = _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat)
+    slow_compute, ref_compute = _slow_compute(nodes, result.get("compute", {}), ratio)
+    for node, why in slow_compute.items():
+        flagged.setdefault(node, []).extend(why)
+    missing = [h for h in hosts if h not in nodes]
+    for node in missing:
+        flagged.setdefault(node, []).append("no result (the probe did not run there)")
+    decision = decide(flagged, hosts, mode, nnodes)
+    summary = ["%s: %s" % (node, " | ".join(flagged[node])) for node in hosts if node in flagged]
+    return {
+        "flagged": {n: flagged[n] for n in hosts if n in flagged},
+        "action": decision["action"], "keep": decision["keep"], "drop": decision["drop"],
+        "median": {"gbps": ref_gbps, "latency_ms": ref_lat, "gflops": ref_compute},
+        "allreduce_busbw_gbps": result.get("allreduce_busbw_gbps"),
+        "matrix": matrix(result, flagged), "summary": summary,
+    }

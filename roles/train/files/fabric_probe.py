@@ -1,0 +1,185 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The fabric check's probe: one rank per node, launched like the job (roles/train/tasks/fabric.yml).
+
+With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
+
+1. rounds of disjoint node pairs (``--schedule``, the controller's
+   multinode.training.fabric_schedule): in each pair the lower node sends a buffer
+   of ``--bytes`` for about ``--seconds`` (bandwidth, the partner's one-element
+   acknowledgement after each) and then ping-pongs one element (latency: half the
+   round trip); nodes not in the round wait at the barrier;
+2. one all-node all_reduce of the same buffer: the bus bandwidth
+   (2 (n-1) / n x bytes / time);
+3. a matmul on each GPU of the node (bf16 4096x4096), or on the CPU (fp32 512x512),
+   for ``--seconds``: GFLOP/s (a node's figure is its slowest GPU).
+
+Every rank gathers every node's figures and writes them, the same on every node,
+to ``fabric.json`` in its job directory ($MULTINODE_TRAINING_JOB_DIR), which the
+launch brings home; it also prints them as one line ``FABRIC {json}``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--node", required=True, help="this node's inventory name")
+    parser.add_argument("--nodes", required=True, help="JSON list of the nodes, in the play's order")
+    parser.add_argument("--schedule", required=True, help="JSON rounds of [low, high] node indexes")
+    parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
+    parser.add_argument("--bytes", type=int, default=8 << 20, help="buffer size for bandwidth")
+    return parser.parse_args(argv)
+
+
+def _sync(torch, device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _repeat(torch, dist, device, leader, peer_rank, seconds, step):
+    """Agree on a repeat count from one timed step (the leader's), then time that many steps."""
+    count = torch.zeros(1, dtype=torch.int64, device=device)
+    start = time.perf_counter()
+    step()
+    _sync(torch, device)
+    if leader:
+        once = max(time.perf_counter() - start, 1e-6)
+        count[0] = max(3, min(10000, int(seconds / once)))
+        dist.send(count, peer_rank)
+    else:
+        dist.recv(count, peer_rank)
+    start = time.perf_counter()
+    for _ in range(int(count[0])):
+        step()
+    _sync(torch, device)
+    return int(count[0]), time.perf_counter() - start
+
+
+def measure_link(torch, dist, device, peer_rank, leader, args):
+    """Gbit/s from the leader to its peer and the one-way latency in ms (the leader's measurement)."""
+    buf = torch.ones(args.bytes // 4, dtype=torch.float32, device=device)
+    one = torch.zeros(1, dtype=torch.float32, device=device)
+
+    def send_step():
+        if leader:
+            dist.send(buf, peer_rank)
+            dist.recv(one, peer_rank)
+        else:
+            dist.recv(buf, peer_rank)
+            dist.send(one, peer_rank)
+
+    def ping_step():
+        if leader:
+            dist.send(one, peer_rank)
+            dist.recv(one, peer_rank)
+        else:
+            dist.recv(one, peer_rank)
+            dist.send(one, peer_rank)
+
+    count, took = _repeat(torch, dist, device, leader, peer_rank, args.seconds, send_step)
+    gbps = count * args.bytes * 8 / took / 1e9
+    count, took = _repeat(torch, dist, device, leader, peer_rank, args.seconds / 2, ping_step)
+    return {"gbps": round(gbps, 4), "latency_ms": round(took / count / 2 * 1000, 4)}
+
+
+def measure_allreduce(torch, dist, device, world, args):
+    buf = torch.ones(args.bytes // 4, dtype=torch.float32, device=device)
+    dist.all_reduce(buf)
+    _sync(torch, device)
+    start = time.perf_counter()
+    dist.all_reduce(buf)
+    _sync(torch, device)
+    # every rank ran the timed one; rank 0's count is everybody's
+    count = torch.tensor([max(3, min(1000, int(args.seconds / max(time.perf_counter() - start, 1e-6))))],
+                         dtype=torch.int64, device=device)
+    dist.broadcast(count, 0)
+    start = time.perf_counter()
+    for _ in range(int(count[0])):
+        dist.all_reduce(buf)
+    _sync(torch, device)
+    took = time.perf_counter() - start
+    return round(2 * (world - 1) / world * args.bytes * 8 * int(count[0]) / took / 1e9, 4)
+
+
+def measure_compute(torch, seconds):
+    """GFLOP/s of a matmul run for ``seconds`` on each GPU (the slowest) or on the CPU."""
+    if torch.cuda.is_available():
+        devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+        size, dtype = 4096, torch.bfloat16
+    else:
+        devices, size, dtype = [torch.device("cpu")], 512, torch.float32
+    figures = []
+    for device in devices:
+        a = torch.randn(size, size, dtype=dtype, device=device)
+        b = torch.randn(size, size, dtype=dtype, device=device)
+        torch.matmul(a, b)
+        _sync(torch, device)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            torch.matmul(a, b)
+            count += 1
+            if device.type == "cuda" and count % 16 == 0:
+                _sync(torch, device)
+        _sync(torch, device)
+        figures.append(2 * size ** 3 * count / (time.perf_counter() - start) / 1e9)
+    return {"gflops": round(min(figures), 3), "devices": [round(f, 3) for f in figures]}
+
+
+def run(args):
+    import torch
+    import torch.distributed as dist
+
+    nodes, schedule = json.loads(args.nodes), json.loads(args.schedule)
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    start = time.perf_counter()
+    world, rank = dist.get_world_size(), dist.get_rank()
+    where = [None] * world
+    dist.all_gather_object(where, nodes.index(args.node))
+    rank_of = {index: r for r, index in enumerate(where)}
+    mine = nodes.index(args.node)
+    links = []
+    for pairs in schedule:
+        for low, high in pairs:
+            if mine in (low, high) and low in rank_of and high in rank_of:
+                leader = mine == low
+                figures = measure_link(torch, dist, device, rank_of[high if leader else low], leader, args)
+                if leader:
+                    links.append(dict(a=nodes[low], b=nodes[high], **figures))
+        dist.barrier()
+    busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None
+    compute = measure_compute(torch, args.seconds)
+    everything = [None] * world
+    dist.all_gather_object(everything, {"node": args.node, "links": links, "compute": compute})
+    result = {
+        "nodes": [n for n in nodes if n in {e["node"] for e in everything}],
+        "backend": dist.get_backend(), "device": "cuda" if cuda else "cpu", "world": world,
+        "links": [link for e in everything for link in e["links"]],
+        "compute": {e["node"]: e["compute"] for e in everything},
+        "allreduce_busbw_gbps": busbw, "bytes": args.bytes,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    dist.destroy_process_group()
+    return result
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    result = run(args)
+    job_dir = os.environ.get("MULTINODE_TRAINING_JOB_DIR", "")
+    if job_dir:
+        with open(os.path.join(job_dir, "fabric.json"), "w") as handle:
+            json.dump(result, handle, indent=1, sort_keys=True)
+    print("FABRIC " + json.dumps(result, sort_keys=True), flush=True)
+
+
+if __name__ == "__main__":
+    main()

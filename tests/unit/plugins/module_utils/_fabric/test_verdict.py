@@ -1,0 +1,99 @@
+"""The fabric verdict on probe results (tests/fixtures/fabric/<case>.json): flagged nodes, the gate, the matrix."""
+import json
+
+import pytest
+
+from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import (
+    FabricError,
+    decide,
+    matrix,
+    verdict,
+)
+
+from ....conftest import FIXTURES
+
+N3 = ["node1", "node2", "node3"]
+
+
+def load(case):
+    return json.loads((FIXTURES / "fabric" / (case + ".json")).read_text())
+
+
+def test_healthy_nothing_flagged():
+    out = verdict(load("healthy3"), N3, "gate", 0.5)
+    assert out["flagged"] == {}
+    assert out["action"] == "ok" and out["keep"] == N3 and out["drop"] == []
+    assert out["median"]["gbps"] == 10.4 and out["median"]["gflops"] == 41.2
+
+
+def test_slow_link_and_slow_cpu_are_named_with_figures():
+    out = verdict(load("delay1_cpu3"), N3, "warn", 0.5)
+    assert sorted(out["flagged"]) == ["node1", "node3"]
+    # node1: both of its links slow (two of the three links: a median over links would miss it)
+    assert len(out["flagged"]["node1"]) == 2
+    assert "link to node2: 0.31 Gbit/s < 0.5 x median 6.1" in out["flagged"]["node1"][0]
+    assert "latency 20.4 ms" in out["flagged"]["node1"][0]
+    assert out["flagged"]["node3"] == ["compute 11.8 GFLOP/s < 0.5 x median 40.1"]
+    assert out["action"] == "warn" and out["keep"] == N3
+    assert out["summary"][0].startswith("node1: link to node2")
+
+
+def test_gate_fails_fixed_count_and_drops_in_elastic_range():
+    result = load("delay1")
+    assert verdict(result, N3, "gate", 0.5, nnodes="")["action"] == "fail"
+    assert verdict(result, N3, "gate", 0.5, nnodes="3")["action"] == "fail"
+    elastic = verdict(result, N3, "gate", 0.5, nnodes="2:3")
+    assert (elastic["action"], elastic["keep"], elastic["drop"]) == ("drop", ["node2", "node3"], ["node1"])
+    # two bad nodes of three: a 2:3 job cannot keep two good ones
+    assert verdict(load("delay1_cpu3"), N3, "gate", 0.5, nnodes="2:3")["action"] == "fail"
+    assert verdict(result, N3, "off", 0.5)["action"] == "ok"
+
+
+def test_bad_cable_between_good_nodes_names_both_ends():
+    nodes = ["n%d" % i for i in range(1, 9)]
+    out = verdict(load("badcable8"), nodes, "gate", 0.5, nnodes="6:8")
+    assert sorted(out["flagged"]) == ["n3", "n6"]
+    assert out["drop"] == ["n3", "n6"] and len(out["keep"]) == 6
+
+
+def test_absolute_threshold_and_two_nodes():
+    result = load("two_cpu_slow")
+    # two nodes: one link, no relative link rule; the absolute one applies
+    assert "a" not in verdict(result, ["a", "b"], "warn", 0.5)["flagged"]
+    out = verdict(result, ["a", "b"], "warn", 0.5, min_gbps=25)
+    assert out["flagged"]["a"] == ["link to b: 9.5 Gbit/s < train_fabric_min_gbps 25"]
+    # compute: b at 12 against a median of 26
+    assert out["flagged"]["b"][-1] == "compute 12 GFLOP/s < 0.5 x median 26"
+    assert verdict(load("healthy3"), N3, "warn", 0.5, min_gbps=9.5)["flagged"] == {
+        "node2": ["link to node3: 8.9 Gbit/s < train_fabric_min_gbps 9.5"],
+        "node3": ["link to node2: 8.9 Gbit/s < train_fabric_min_gbps 9.5"]}
+
+
+def test_a_node_without_result_is_flagged():
+    out = verdict(load("healthy3"), N3 + ["node4"], "gate", 0.5, nnodes="3:4")
+    assert out["flagged"] == {"node4": ["no result (the probe did not run there)"]}
+    assert out["drop"] == ["node4"]
+
+
+def test_matrix_text():
+    result = load("delay1_cpu3")
+    lines = matrix(result, {"node1": [], "node3": []})
+    assert lines[0].split() == ["Gbit/s", "(latency", "ms)", "node1", "node2", "node3"]
+    assert lines[1].split() == ["node1*", "-", "0.31", "(20.4)", "0.29", "(20.6)"]
+    assert lines[3].split() == ["node3*", "0.29", "(20.6)", "6.1", "(0.2)", "-"]
+    assert lines[4].split() == ["GFLOP/s", "40.1", "41", "11.8"]
+
+
+@pytest.mark.parametrize("ratio", [0, 1, 1.5, -0.2])
+def test_ratio_out_of_range(ratio):
+    with pytest.raises(FabricError, match="train_fabric_ratio"):
+        verdict(load("healthy3"), N3, "warn", ratio)
+
+
+def test_unknown_mode_and_bad_result():
+    with pytest.raises(FabricError, match="train_fabric_check='loud'"):
+        decide({"a": ["x"]}, ["a"], "loud", "")
+    with pytest.raises(FabricError, match="expected a mapping with 'nodes'"):
+        verdict({"links": []}, N3)
+    with pytest.raises(FabricError, match="names a node not in"):
+        verdict({"nodes": ["a"], "links": [{"a": "a", "b": "z", "gbps": 1, "latency_ms": 1}]}, ["a"])
