@@ -146,8 +146,8 @@ def test_build_env_files_then_env_then_markers(tmp_path):
     extra = tmp_path / "extra.env"
     extra.write_text("NCCL_DEBUG=WARN\nHF_TOKEN=s3cr3t\n")
     env, secrets = start_mod.build_env([str(FIXTURES / "torchrun" / "nccl.env"), str(extra)],
-                                     {"A": 1, "B": None, "API_KEY": "k"}, "j1", "/logs/j1",
-                                     {"PATH": "/usr/bin", "NCCL_DEBUG": "TRACE"})
+                                       {"A": 1, "B": None, "API_KEY": "k"}, "j1", "/logs/j1",
+                                       {"PATH": "/usr/bin", "NCCL_DEBUG": "TRACE"})
     assert env["NCCL_SOCKET_IFNAME"] == "eth0" and env["NCCL_IB_HCA"] == "mlx5_0,mlx5_1"
     assert env["NCCL_DEBUG"] == "WARN"  # the later file wins over the first and over the node's environment
     assert env["A"] == "1" and env["B"] == "" and env["PATH"] == "/usr/bin"
@@ -177,7 +177,7 @@ def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():
     static = start_mod.build_env([], {}, "j", "/d", {})[0]
     restartable = start_mod.build_env([], {}, "j", "/d", {}, max_restarts=2)[0]
     user_choice = start_mod.build_env([], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"}, "j", "/d", {},
-                                    max_restarts=2)[0]
+                                      max_restarts=2)[0]
     assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE" not in static
     assert restartable["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "1"
     assert user_choice["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] == "0"

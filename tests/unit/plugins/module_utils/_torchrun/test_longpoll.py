@@ -150,7 +150,7 @@ def test_follow_until_a_global_stop_ends_the_poll_within_a_second(tmp_path):
     began = time.time()
     try:
         assert wait_mod.follow_until("stop-1", job_dir, job, 20, 0, 1, 30,
-                                    check_every=100)[0] is True
+                                     check_every=100)[0] is True
     finally:
         thread.join()
     assert time.time() - began < 2
