@@ -29,6 +29,15 @@ from ansible_collections.multinode.training.plugins.plugin_utils._warm import wa
 warm()
 
 
+def discover_python(action, task_vars):
+    """Ansible's interpreter discovery (through ``action``'s connection) where a module call would run
+    it first -> path or None."""
+    mode = str(configured_python(task_vars) or "")
+    if not mode.startswith("auto"):
+        return None
+    return discover_interpreter(action=action, interpreter_name="python", discovery_mode=mode, task_vars=task_vars)
+
+
 class ActionModule(ActionBase):
     _supports_check_mode = True
     _requires_connection = True
@@ -43,15 +52,8 @@ class ActionModule(ActionBase):
             result.update(self._execute_module(module_name="multinode.training.node_facts", module_args={},
                                                task_vars=task_vars))
             return result
-        python = self._discover_python(task_vars or {})
+        python = discover_python(self, task_vars or {})
         if python:
             facts["discovered_interpreter_python"] = python
         result.update(changed=False, ansible_facts=facts, facts_source="ip")
         return result
-
-    def _discover_python(self, task_vars):
-        """Ansible's interpreter discovery where a module call would run it first -> path or None."""
-        mode = str(configured_python(task_vars) or "")
-        if not mode.startswith("auto"):
-            return None
-        return discover_interpreter(action=self, interpreter_name="python", discovery_mode=mode, task_vars=task_vars)

@@ -90,17 +90,12 @@ class ActionModule(ActionBase):
                         "a value whose templates resolve on the controller"))
         return values, problems, deferred
 
-    def run(self, tmp=None, task_vars=None):
-        task_vars = task_vars or {}
-        result = super().run(tmp, task_vars)
-        args = self._task.args
-        entries = args.get("roles") or []
-        if not isinstance(entries, list) or not entries:
-            return dict(result, failed=True, msg="multinode.training.validate: roles must be a non-empty list")
+    def _selected_roles(self, entries):
+        """The roles this play will run: enabled, and selected by --tags / --skip-tags.
 
+        `--tags validate` (the tag of this task) checks every role without running any."""
         only_tags = context.CLIARGS.get("tags") or ()
         skip_tags = context.CLIARGS.get("skip_tags") or ()
-        # `--tags validate` (the tag of this task) checks every role without running any
         own_tags = set(self._task.tags or []) - {"always"}
         roles = []
         for entry in entries:
@@ -110,33 +105,48 @@ class ActionModule(ActionBase):
             if not engine.is_bool(enabled) or engine.as_bool(enabled):
                 if engine.tags_selected(role["tags"], only_tags, skip_tags):
                     roles.append(role)
+        return roles
+
+    def _hosts(self, args, task_vars):
+        """The hosts to check and their variables -> (hosts, {host: variables}, problem or None).
+
+        With ``hosts`` (a pattern) its hosts' inventory variables; a pattern matching nothing is
+        the problem. Without, this task's host and its task variables."""
+        pattern = args.get("hosts")
+        if pattern is None:
+            host = task_vars.get("inventory_hostname", "localhost")
+            return [host], {host: task_vars}, None
+        hostvars = task_vars.get("hostvars")
+        hosts = [h.name for h in hostvars._inventory.get_hosts(pattern)]
+        if hosts:
+            return hosts, dict((h, hostvars.raw_get(h)) for h in hosts), None
+        groups = sorted(task_vars.get("groups", {}))
+        variable = args.get("hosts_var") or "hosts"
+        shown = pattern if args.get("hosts_var") else "the host pattern %s" % pattern
+        return [], {}, engine.Problem(variable, shown, "matches no host of the inventory%s" % (
+            " (with --limit)" if context.CLIARGS.get("subset") else ""),
+            "a host pattern matching hosts; the inventory's groups: %s" % ", ".join(groups))
+
+    def run(self, tmp=None, task_vars=None):
+        task_vars = task_vars or {}
+        result = super().run(tmp, task_vars)
+        args = self._task.args
+        entries = args.get("roles") or []
+        if not isinstance(entries, list) or not entries:
+            return dict(result, failed=True, msg="multinode.training.validate: roles must be a non-empty list")
+        roles = self._selected_roles(entries)
         specs = {}
         for role in roles:
             specs.update(role["options"])
-
-        hostvars = task_vars.get("hostvars")
-        pattern = args.get("hosts")
-        if pattern is not None:
-            hosts = [h.name for h in hostvars._inventory.get_hosts(pattern)]
-            if not hosts:
-                groups = sorted(task_vars.get("groups", {}))
-                variable = args.get("hosts_var") or "hosts"
-                shown = pattern if args.get("hosts_var") else "the host pattern %s" % pattern
-                problem = engine.Problem(variable, shown, "matches no host of the inventory%s" % (
-                    " (with --limit)" if context.CLIARGS.get("subset") else ""),
-                    "a host pattern matching hosts; the inventory's groups: %s" % ", ".join(groups))
-                return dict(result, failed=True, msg=problem.line(), hosts=[])
-            raws = dict((h, hostvars.raw_get(h)) for h in hosts)
-        else:
-            host = task_vars.get("inventory_hostname", "localhost")
-            hosts = [host]
-            raws = {host: task_vars}
-
+        hosts, raws, problem = self._hosts(args, task_vars)
+        if problem:
+            return dict(result, failed=True, msg=problem.line(), hosts=[])
+        pattern_mode = args.get("hosts") is not None
         per_host, notes, deferred = {}, [], set()
         for host in hosts:
-            values, problems, later = self._values(roles, raws[host], pattern is not None)
+            values, problems, later = self._values(roles, raws[host], pattern_mode)
             deferred.update(later)
-            ctx = {"hosts": hosts if pattern is not None else list(task_vars.get("ansible_play_hosts_all") or hosts),
+            ctx = {"hosts": hosts if pattern_mode else list(task_vars.get("ansible_play_hosts_all") or hosts),
                    "host": host, "notes": [], "ssh_ports": [raws[host].get("ansible_port", 22)]}
             problems.extend(engine.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))
             per_host[host] = problems
