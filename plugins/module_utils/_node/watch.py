@@ -9,7 +9,7 @@ logic (unit-tested in tests/unit/plugins/module_utils/_node/test_watch.py); ``ma
 It stays one file of about 900 lines, in numbered sections, because the module ships it as one
 source (``inspect.getsource``) that must run alone, with no sibling to import, in the job directory.
 
-How the nodes watch each other (docs/train.md, "Failures and long jobs"):
+How the nodes watch each other (docs/design.md, "The watcher: failures and the lease"):
 
 - Every rank runs under ``mt_rank.py`` (the rank wrapper, _node.rankwrap), which writes
   ``exits/<restart>_<local rank>.start`` (pid) when the rank starts and ``.exit`` (exit code,

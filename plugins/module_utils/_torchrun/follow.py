@@ -1,6 +1,6 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The torchrun module's side of failures and long jobs (docs/train.md, "Failures and long jobs").
+"""The torchrun module's side of failures and long jobs (docs/design.md, "The watcher: failures and the lease").
 
 - ``write_watch_files``: the rank wrapper (_node.rankwrap) and the watcher (_torchrun_watch),
   both standard-library files, and the watcher's configuration into the job directory;
