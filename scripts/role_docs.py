@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Role READMEs' entry points and variables, generated from each role's meta/argument_specs.yml.
 
     python scripts/role_docs.py            # rewrite the generated part of roles/*/README.md
