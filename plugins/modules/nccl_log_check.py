@@ -115,69 +115,17 @@ files:
   elements: str
 """
 
-import socket
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.common.text.converters import to_native
 
-from ansible_collections.multinode.training.plugins.module_utils._nccl.log import (
-    parse,
-    socket_fallbacks,
-    summary,
+from ansible_collections.multinode.training.plugins.module_utils._nccl.log_check import (
+    ARGUMENT_SPEC,
+    REQUIRED_ONE_OF,
+    run_module,
 )
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            paths=dict(type="list", elements="path", default=[]),
-            content=dict(type="str", default=""),
-            active_ib=dict(type="bool", default=False),
-            fail_on_fallback=dict(type="bool", default=True),
-            require_info=dict(type="bool", default=False),
-            node_name=dict(type="str"),
-        ),
-        required_one_of=[("paths", "content")],
-        supports_check_mode=True,
-    )
-    params = module.params
-    node = params["node_name"] or socket.gethostname()
-    texts = []
-    for path in params["paths"]:
-        try:
-            with open(path, "r", encoding="utf-8", errors="replace") as handle:
-                texts.append(handle.read())
-        except OSError as exc:
-            module.fail_json(msg="%s: cannot read NCCL log %s: %s" % (node, path, to_native(exc)))
-    texts.append(params["content"] or "")
-    parsed = parse("\n".join(texts))
-    fallbacks = socket_fallbacks(parsed, params["active_ib"])
-    lines = summary(parsed)
-    result = dict(
-        changed=False,
-        hosts=parsed["hosts"],
-        ranks={str(rank): info for rank, info in parsed["ranks"].items()},
-        transports=sorted({t for host in parsed["hosts"].values() for t in host["transports"]}),
-        summary=lines,
-        fallback=bool(fallbacks),
-        fallbacks=fallbacks,
-        lines=parsed["lines"],
-        files=params["paths"],
-    )
-    if parsed["lines"] == 0:
-        message = "%s: no NCCL INFO line in %s; run the job with NCCL_DEBUG=INFO to see its transport" % (
-            node, ", ".join(params["paths"]) or "the given content")
-        if params["require_info"]:
-            module.fail_json(msg=message, **result)
-        module.warn(message)
-    if fallbacks:
-        message = "%s has active InfiniBand/RoCE ports but NCCL used sockets: %s" % (node, "; ".join(
-            "host %s ranks %s: %s" % (f["host"], ",".join(str(r) for r in f["ranks"]) or "?", f["reason"])
-            for f in fallbacks))
-        if params["fail_on_fallback"]:
-            module.fail_json(msg="SOCKET FALLBACK: " + message, **result)
-        module.warn("SOCKET FALLBACK: " + message)
-    module.exit_json(**result)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, required_one_of=REQUIRED_ONE_OF, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,10 @@ class StandInModule:
         self.params = dict({name: option.get("default") for name, option in spec.items()}, **params)
         self.check_mode = check_mode
         self.result = None
+        self.warnings = []
+
+    def warn(self, warning):
+        self.warnings.append(warning)
 
     def exit_json(self, **result):
         self.result = result
