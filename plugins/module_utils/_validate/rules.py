@@ -251,6 +251,13 @@ def _firewall(variable, value, values, ctx):
     return []
 
 
+def _fabric_ratio(variable, value, values, ctx):
+    """A fraction of the median strictly between 0 and 1 (0 flags nothing, 1 flags half the nodes)."""
+    if not 0 < float(value) < 1:
+        return [Problem(variable, value, "out of range", "a fraction between 0 and 1 (both excluded), such as 0.5")]
+    return []
+
+
 def _deepspeed_source(variable, value, values, ctx):
     """What each source type needs (checked on deepspeed_build_source, naming the variable at fault)."""
     problems = []
@@ -346,6 +353,9 @@ RULES = {
     "train_accelerate_config": [_controller_file],
     "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
+    "train_fabric_ratio": [_fabric_ratio],
+    "train_fabric_min_gbps": [_range(0, number=float)],
+    "train_fabric_seconds": [_range(0.1, 10, number=float)],
     # deepspeed_build
     "deepspeed_build_source": [_deepspeed_source],
     "deepspeed_build_cuda_arch_list": [_cuda_arch],

@@ -28,8 +28,10 @@ import time
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--node", required=True, help="this node's inventory name")
-    parser.add_argument("--nodes", required=True, help="JSON list of the nodes, in the play's order")
+    # Not --node: torchrun's own parser reads the script's arguments too and refuses an
+    # abbreviation of its options (--node could be --node-rank).
+    parser.add_argument("--probe-node", required=True, help="this node's inventory name")
+    parser.add_argument("--probe-nodes", required=True, help="JSON list of the nodes, in the play's order")
     parser.add_argument("--schedule", required=True, help="JSON rounds of [low, high] node indexes")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
     parser.add_argument("--bytes", type=int, default=8 << 20, help="buffer size for bandwidth")
@@ -134,7 +136,7 @@ def run(args):
     import torch
     import torch.distributed as dist
 
-    nodes, schedule = json.loads(args.nodes), json.loads(args.schedule)
+    nodes, schedule = json.loads(args.probe_nodes), json.loads(args.schedule)
     cuda = torch.cuda.is_available()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
     if cuda:
@@ -143,9 +145,9 @@ def run(args):
     start = time.perf_counter()
     world, rank = dist.get_world_size(), dist.get_rank()
     where = [None] * world
-    dist.all_gather_object(where, nodes.index(args.node))
+    dist.all_gather_object(where, nodes.index(args.probe_node))
     rank_of = {index: r for r, index in enumerate(where)}
-    mine = nodes.index(args.node)
+    mine = nodes.index(args.probe_node)
     links = []
     for pairs in schedule:
         for low, high in pairs:
@@ -158,7 +160,7 @@ def run(args):
     busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None
     compute = measure_compute(torch, args.seconds)
     everything = [None] * world
-    dist.all_gather_object(everything, {"node": args.node, "links": links, "compute": compute})
+    dist.all_gather_object(everything, {"node": args.probe_node, "links": links, "compute": compute})
     result = {
         "nodes": [n for n in nodes if n in {e["node"] for e in everything}],
         "backend": dist.get_backend(), "device": "cuda" if cuda else "cpu", "world": world,
