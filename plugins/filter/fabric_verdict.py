@@ -14,7 +14,7 @@ def fabric_verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=
     try:
         return verdict(result, list(hosts), str(mode), ratio, min_gbps, nnodes)
     except FabricError as exc:
-        raise AnsibleFilterError(str(exc))
+        raise AnsibleFilterError(str(exc)) from exc
 
 
 def fabric_schedule(count):
@@ -22,7 +22,7 @@ def fabric_schedule(count):
     try:
         return [[list(pair) for pair in pairs] for pairs in rounds(int(count))]
     except (TypeError, ValueError) as exc:
-        raise AnsibleFilterError("fabric_schedule: %s" % exc)
+        raise AnsibleFilterError("fabric_schedule: %s" % exc) from exc
 
 
 class FilterModule:

@@ -45,8 +45,8 @@ def _nnodes(value, hosts):
     low, _, high = text.partition(":")
     try:
         return int(low), int(high or low)
-    except ValueError:
-        raise FabricError("train_nnodes=%r: expected N or MIN:MAX" % (value,))
+    except ValueError as exc:
+        raise FabricError("train_nnodes=%r: expected N or MIN:MAX" % (value,)) from exc
 
 
 def _check(result):

@@ -143,7 +143,7 @@ def run(args):
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo")
     start = time.perf_counter()
-    world, rank = dist.get_world_size(), dist.get_rank()
+    world = dist.get_world_size()
     where = [None] * world
     dist.all_gather_object(where, nodes.index(args.probe_node))
     rank_of = {index: r for r, index in enumerate(where)}
@@ -178,7 +178,7 @@ def main(argv=None):
     result = run(args)
     job_dir = os.environ.get("MULTINODE_TRAINING_JOB_DIR", "")
     if job_dir:
-        with open(os.path.join(job_dir, "fabric.json"), "w") as handle:
+        with open(os.path.join(job_dir, "fabric.json"), "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=1, sort_keys=True)
     print("FABRIC " + json.dumps(result, sort_keys=True), flush=True)
 
