@@ -63,34 +63,13 @@ helper:
   type: str
 """
 
-import inspect
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
-from ansible_collections.multinode.training.plugins.module_utils._node import run_logged as _run_logged
+
+from ansible_collections.multinode.training.plugins.module_utils._build.stage import STAGE_SPEC, run_stage
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            workdir=dict(type="path", required=True),
-            source_tree=dict(type="path", required=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    venv_python = os.path.join(p["workdir"], "venv", "bin", "python")
-    torch = _deepspeed_build.runtime_torch(venv_python)
-    if torch is None:
-        module.fail_json(msg="no torch in the build venv %s: its install step did not put one there"
-                             % os.path.dirname(os.path.dirname(venv_python)))
-    if not os.path.isfile(os.path.join(p["source_tree"], "setup.py")):
-        module.fail_json(msg="source tree %s has no setup.py" % p["source_tree"])
-    staging = os.path.join(p["workdir"], "staging")
-    if not module.check_mode:
-        _deepspeed_build.stage(p["workdir"], p["source_tree"], inspect.getsource(_run_logged))
-    module.exit_json(changed=True, torch=torch, staging=staging, helper=os.path.join(p["workdir"], "run_logged.py"))
+    run_stage(AnsibleModule(argument_spec=STAGE_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -56,22 +56,12 @@ current:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed
+
+from ansible_collections.multinode.training.plugins.module_utils._build.stage import DIST_CHECK_SPEC, run_dist_check
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            dist_dir=dict(type="path", required=True),
-            manifest=dict(type="dict", required=True),
-            manifest_sha256=dict(type="str", required=True),
-            wheelhouse_stamp=dict(type="str"),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    need = deepspeed.dist_state(p["dist_dir"], p["manifest"], p["manifest_sha256"], p["wheelhouse_stamp"])
-    module.exit_json(changed=False, fetch=need, current=not any(need.values()))
+    run_dist_check(AnsibleModule(argument_spec=DIST_CHECK_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

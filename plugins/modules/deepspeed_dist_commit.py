@@ -55,25 +55,12 @@ moved:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
+
+from ansible_collections.multinode.training.plugins.module_utils._build.stage import DIST_COMMIT_SPEC, run_dist_commit
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            dist_dir=dict(type="path", required=True),
-            names=dict(type="list", elements="str", required=True),
-        ),
-        supports_check_mode=True,
-    )
-    p = module.params
-    if module.check_mode:
-        module.exit_json(changed=True, moved=[])
-    try:
-        moved = _deepspeed_build.commit_incoming(p["dist_dir"], p["names"])
-    except (IOError, OSError) as exc:
-        module.fail_json(msg=str(exc))
-    module.exit_json(changed=True, moved=moved)
+    run_dist_commit(AnsibleModule(argument_spec=DIST_COMMIT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -71,47 +71,11 @@ facts_source:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._train.node_facts import (
-    ROUTE_TARGETS,
-    NodeFactsError,
-    network_facts,
-    user_facts,
-)
-
-
-def setup_facts(module):
-    """setup's own collectors for the network and user subsets (no ip -j on this node)."""
-    from ansible.module_utils.facts import ansible_collector, default_collectors
-    from ansible.module_utils.facts.namespace import PrefixFactNamespace
-
-    collector = ansible_collector.get_ansible_collector(
-        all_collector_classes=default_collectors.collectors,
-        namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
-        filter_spec=[], gather_subset=["!all", "!min", "network", "user"], gather_timeout=10,
-        minimal_gather_subset=frozenset(["user"]))
-    return collector.collect(module=module)
+from ansible_collections.multinode.training.plugins.module_utils._train.node_facts import ARGUMENT_SPEC, run_module
 
 
 def main():
-    module = AnsibleModule(argument_spec={}, supports_check_mode=True)
-    ip = module.get_bin_path("ip")
-    facts, source = None, "setup"
-    if ip:
-        rc, out, _err = module.run_command([ip, "-j", "-d", "addr", "show"])
-        if rc == 0:
-            routes = {}
-            for version, target in ROUTE_TARGETS.items():
-                route_rc, route_out, _route_err = module.run_command([ip, "-j", "-%d" % version, "route", "get", target])
-                routes[version] = route_out if route_rc == 0 else None
-            try:
-                facts = network_facts(out, routes[4], routes[6])
-                facts.update(user_facts())
-                source = "ip"
-            except NodeFactsError:
-                facts = None
-    if facts is None:
-        facts = setup_facts(module)
-    module.exit_json(changed=False, ansible_facts=facts, facts_source=source)
+    run_module(AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -109,31 +109,11 @@ connect:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._train.preflight import probe_node
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import PROBE_REQUIRED_BY, PROBE_SPEC, run_probe_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            python=dict(type="path", required=True),
-            script=dict(type="path"),
-            chdir=dict(type="path"),
-            env_files=dict(type="list", elements="dict", default=[]),
-            code=dict(type="dict"),
-            connect_host=dict(type="str"),
-            connect_port=dict(type="int"),
-            connect_timeout=dict(type="int", default=15),
-        ),
-        required_by={"connect_host": "connect_port"},
-        supports_check_mode=True,
-    )
-    p = module.params
-    connect = None
-    if p["connect_host"]:
-        connect = {"host": p["connect_host"], "port": p["connect_port"], "timeout": p["connect_timeout"]}
-    result = probe_node(p["python"], module.run_command, p["script"], p["chdir"], p["env_files"],
-                        connect, p["code"])
-    module.exit_json(changed=False, **result)
+    run_probe_module(AnsibleModule(argument_spec=PROBE_SPEC, required_by=PROBE_REQUIRED_BY, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -68,28 +68,11 @@ fields:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel.verify import consistency_report
+from ansible_collections.multinode.training.plugins.module_utils._wheel.verify import REPORT_SPEC, run_report_module
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            envs=dict(type="dict", required=True),
-            expected=dict(type="list", elements="str", default=[]),
-            fail_on_difference=dict(type="bool", default=True),
-        ),
-        supports_check_mode=True,
-    )
-    envs = module.params["envs"]
-    report = consistency_report(envs)
-    missing = sorted(set(module.params["expected"]) - set(envs))
-    for node in missing:
-        report["differences"].append("%s: no verified environment (unreachable, refused or failed before verification)" % node)
-        report["lines"].append("MISSING %s" % node)
-    report["consistent"] = not report["differences"]
-    if not report["consistent"] and module.params["fail_on_difference"]:
-        module.fail_json(msg="environments differ across nodes: " + "; ".join(report["differences"]), **report)
-    module.exit_json(changed=False, **report)
+    run_report_module(AnsibleModule(argument_spec=REPORT_SPEC, supports_check_mode=True))
 
 
 if __name__ == "__main__":

@@ -216,3 +216,47 @@ def raw_facts(stdout):
                   "ansible_real_user_id": ruid, "ansible_effective_user_id": euid,
                   "ansible_real_group_id": rgid, "ansible_effective_group_id": egid})
     return facts
+
+
+ARGUMENT_SPEC = {}
+
+
+def ip_facts(module):
+    """The facts from three ``ip -j`` calls and the user's, or None (no ip, or output it cannot read)."""
+    ip = module.get_bin_path("ip")
+    if not ip:
+        return None
+    rc, out, _err = module.run_command([ip, "-j", "-d", "addr", "show"])
+    if rc != 0:
+        return None
+    routes = {}
+    for version, target in ROUTE_TARGETS.items():
+        route_rc, route_out, _route_err = module.run_command([ip, "-j", "-%d" % version, "route", "get", target])
+        routes[version] = route_out if route_rc == 0 else None
+    try:
+        facts = network_facts(out, routes[4], routes[6])
+    except NodeFactsError:
+        return None
+    facts.update(user_facts())
+    return facts
+
+
+def setup_facts(module):
+    """setup's own collectors for the network and user subsets (no ip -j on this node)."""
+    from ansible.module_utils.facts import ansible_collector, default_collectors
+    from ansible.module_utils.facts.namespace import PrefixFactNamespace
+
+    collector = ansible_collector.get_ansible_collector(
+        all_collector_classes=default_collectors.collectors,
+        namespace=PrefixFactNamespace(namespace_name="ansible", prefix="ansible_"),
+        filter_spec=[], gather_subset=["!all", "!min", "network", "user"], gather_timeout=10,
+        minimal_gather_subset=frozenset(["user"]))
+    return collector.collect(module=module)
+
+
+def run_module(module):
+    """Module node_facts: ``ip -j`` where it works, else setup's collectors; says which (facts_source)."""
+    facts = ip_facts(module)
+    if facts is None:
+        module.exit_json(changed=False, ansible_facts=setup_facts(module), facts_source="setup")
+    module.exit_json(changed=False, ansible_facts=facts, facts_source="ip")

@@ -238,3 +238,27 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="")
                             "(wheel_distribute_requirements / train_requirements install the job's packages on every "
                             "node; run with tag prepare)" % (venv, " | ".join(diff)))
     return problems
+
+
+PROBE_SPEC = dict(
+    python=dict(type="path", required=True),
+    script=dict(type="path"),
+    chdir=dict(type="path"),
+    env_files=dict(type="list", elements="dict", default=[]),
+    code=dict(type="dict"),
+    connect_host=dict(type="str"),
+    connect_port=dict(type="int"),
+    connect_timeout=dict(type="int", default=15),
+)
+PROBE_REQUIRED_BY = {"connect_host": "connect_port"}
+
+
+def run_probe_module(module):
+    """Module train_probe: probe_node with the module's parameters (the Slurm path's preflight)."""
+    p = module.params
+    connect = None
+    if p["connect_host"]:
+        connect = {"host": p["connect_host"], "port": p["connect_port"], "timeout": p["connect_timeout"]}
+    result = probe_node(p["python"], module.run_command, p["script"], p["chdir"], p["env_files"],
+                        connect, p["code"])
+    module.exit_json(changed=False, **result)

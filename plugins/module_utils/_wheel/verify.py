@@ -208,3 +208,28 @@ def run_module(module):
     if problems and module.params["fail_on_problems"]:
         module.fail_json(msg="verification failed: " + "; ".join(problems), problems=problems, env=env, probe=probe, cmd=shown)
     module.exit_json(changed=False, env=env, problems=problems, probe=probe, cmd=shown)
+
+
+REPORT_SPEC = dict(
+    envs=dict(type="dict", required=True),
+    expected=dict(type="list", elements="str", default=[]),
+    fail_on_difference=dict(type="bool", default=True),
+)
+
+
+def env_report(envs, expected):
+    """consistency_report of ``envs``, with every ``expected`` node that has none named as missing."""
+    report = consistency_report(envs)
+    for node in sorted(set(expected) - set(envs)):
+        report["differences"].append("%s: no verified environment (unreachable, refused or failed before verification)" % node)
+        report["lines"].append("MISSING %s" % node)
+    report["consistent"] = not report["differences"]
+    return report
+
+
+def run_report_module(module):
+    """Module wheel_env_report: the report, failing on a difference when asked."""
+    report = env_report(module.params["envs"], module.params["expected"])
+    if not report["consistent"] and module.params["fail_on_difference"]:
+        module.fail_json(msg="environments differ across nodes: " + "; ".join(report["differences"]), **report)
+    module.exit_json(changed=False, **report)

@@ -131,3 +131,42 @@ def test_the_script_on_this_machine_gives_what_the_module_code_gives():
     for key in ("ansible_interfaces", "ansible_default_ipv4", "ansible_user_id", "ansible_user_uid",
                 "ansible_effective_user_id", "ansible_all_ipv4_addresses"):
         assert raw[key] == expected[key], key
+
+
+class _IpModule(object):
+    """The members run_module uses: ip's answers from the recorded netns, or no ip at all."""
+
+    def __init__(self, ip="/usr/sbin/ip", addr_rc=0):
+        self.ip, self.addr_rc, self.calls, self.result = ip, addr_rc, [], None
+
+    def get_bin_path(self, name):
+        return self.ip
+
+    def run_command(self, argv):
+        self.calls.append(argv)
+        if argv[-2:] == ["addr", "show"]:
+            return self.addr_rc, _read("ip_addr.json"), ""
+        return (0, _read("route4.json"), "") if argv[2] == "-4" else (2, "", "no route")
+
+    def exit_json(self, **result):
+        self.result = result
+        raise SystemExit(0)
+
+
+def test_run_module_takes_ip_s_facts_and_says_so(monkeypatch):
+    monkeypatch.setattr(nf, "setup_facts", lambda module: pytest.fail("setup's collectors ran"))
+    module = _IpModule()
+    with pytest.raises(SystemExit):
+        nf.run_module(module)
+    assert module.result["facts_source"] == "ip"
+    assert module.result["ansible_facts"] == dict(nf.network_facts(_read("ip_addr.json"), _read("route4.json"), None),
+                                                  **nf.user_facts())
+    assert len(module.calls) == 3
+
+
+@pytest.mark.parametrize("module", [_IpModule(ip=None), _IpModule(addr_rc=1)])
+def test_run_module_falls_back_to_setup_without_ip_or_when_it_fails(monkeypatch, module):
+    monkeypatch.setattr(nf, "setup_facts", lambda module: {"ansible_user_id": "from setup"})
+    with pytest.raises(SystemExit):
+        nf.run_module(module)
+    assert module.result == {"changed": False, "ansible_facts": {"ansible_user_id": "from setup"}, "facts_source": "setup"}

@@ -534,3 +534,11 @@ def test_node_problems_use_the_binary_coverage():
 ])
 def test_same_torch_version(have, want, same):
     assert compat.same_torch_version(have, want) is same
+
+
+def test_env_report_names_an_expected_node_without_an_environment():
+    from ansible_collections.multinode.training.plugins.module_utils._wheel import verify
+    report = verify.env_report({}, ["node2"])
+    assert not report["consistent"]
+    assert report["differences"] == ["node2: no verified environment (unreachable, refused or failed before verification)"]
+    assert report["lines"][-1] == "MISSING node2"
