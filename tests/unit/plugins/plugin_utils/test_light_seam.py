@@ -15,12 +15,17 @@ LIGHT_MEMBERS = {name for name in dir(_light.LightModule) if not name.startswith
 
 
 def members_used(sources):
-    """``{name: sorted attributes read or called on a variable named ``module``}`` of ``sources``."""
+    """``{name: sorted attributes read or called on ``module``}`` in the functions of ``sources`` that take
+    a parameter named ``module`` (the AnsibleModule, or the LightModule of a light call)."""
     used = {}
     for name, source in sources.items():
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "module":
-                used.setdefault(name, set()).add(node.attr)
+        for function in ast.walk(ast.parse(source)):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or \
+                    "module" not in [arg.arg for arg in function.args.args + function.args.kwonlyargs]:
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "module":
+                    used.setdefault(name, set()).add(node.attr)
     return {name: sorted(attrs) for name, attrs in used.items()}
 
 
