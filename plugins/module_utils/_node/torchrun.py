@@ -333,7 +333,7 @@ def _first(values, empty):
 
 
 def all_home(results, hosts, failed_nodes=()):
-    """The usual end of a launch (roles/train/tasks/job.yml): no node failed and the wait brought every
+    """The usual end of a launch (roles/train/tasks/launch.yml): no node failed and the wait brought every
     node's job directory home with its result (``collected``) -> True; then nothing is left to stop or
     collect. False for no hosts, a node without a result (unreachable, never waited on) or one whose logs
     the wait did not bring (collected false: the collect fallback fetches them)."""

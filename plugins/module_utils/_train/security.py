@@ -149,7 +149,7 @@ def job_checks(job, manifest=None):
         checks.append(check("train_script", job["script"], "r", "file"))
     if job.get("chdir"):
         checks.append(check("train_chdir", job["chdir"], "rx", "dir"))
-    for var, path in configs:  # copied by preflight into train_code_dir (missing.yml)
+    for var, path in configs:  # copied by preflight into train_code_dir (sync.yml)
         checks.append(check(var, path, "r", "file", made=True))
     for entry in job.get("env_files") or []:
         checks.append(check(entry.get("var") or "train_env_files", entry.get("path"), "r", "file", who="self",
