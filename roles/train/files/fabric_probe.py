@@ -8,7 +8,8 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
    multinode.training.fabric_schedule): in each pair the lower node sends a buffer
    of ``--bytes`` for about ``--seconds`` (bandwidth, the partner's one-element
    acknowledgement after each) and then ping-pongs one element (latency: half the
-   round trip); nodes not in the round wait at the barrier;
+   round trip), each the median of the timed steps; nodes not in the round wait at
+   the barrier;
 2. one all-node all_reduce of the same buffer: the bus bandwidth
    (2 (n-1) / n x bytes / time);
 3. a matmul on each GPU of the node (bf16 4096x4096), or on the CPU (fp32 512x512),
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import time
 
 
@@ -44,22 +46,28 @@ def _sync(torch, device):
 
 
 def _repeat(torch, dist, device, leader, peer_rank, seconds, step):
-    """Agree on a repeat count from one timed step (the leader's), then time that many steps."""
+    """Agree on a repeat count from one timed step (the leader's), then time each of that many steps.
+
+    Returns the median step in seconds: a busy node's scheduling hiccups (a few slow steps) do not
+    make a link slow, a slow link (every step) does.
+    """
     count = torch.zeros(1, dtype=torch.int64, device=device)
     start = time.perf_counter()
     step()
     _sync(torch, device)
     if leader:
         once = max(time.perf_counter() - start, 1e-6)
-        count[0] = max(3, min(10000, int(seconds / once)))
+        count[0] = max(5, min(10000, int(seconds / once)))
         dist.send(count, peer_rank)
     else:
         dist.recv(count, peer_rank)
-    start = time.perf_counter()
+    steps = []
     for _ in range(int(count[0])):
+        start = time.perf_counter()
         step()
-    _sync(torch, device)
-    return int(count[0]), time.perf_counter() - start
+        _sync(torch, device)
+        steps.append(time.perf_counter() - start)
+    return statistics.median(steps)
 
 
 def measure_link(torch, dist, device, peer_rank, leader, args):
@@ -67,26 +75,20 @@ def measure_link(torch, dist, device, peer_rank, leader, args):
     buf = torch.ones(args.bytes // 4, dtype=torch.float32, device=device)
     one = torch.zeros(1, dtype=torch.float32, device=device)
 
-    def send_step():
-        if leader:
-            dist.send(buf, peer_rank)
-            dist.recv(one, peer_rank)
-        else:
-            dist.recv(buf, peer_rank)
-            dist.send(one, peer_rank)
+    def exchange(there, back):
+        """One step: the leader sends ``there`` and receives ``back``; its peer the other way round."""
+        def step():
+            if leader:
+                dist.send(there, peer_rank)
+                dist.recv(back, peer_rank)
+            else:
+                dist.recv(there, peer_rank)
+                dist.send(back, peer_rank)
+        return step
 
-    def ping_step():
-        if leader:
-            dist.send(one, peer_rank)
-            dist.recv(one, peer_rank)
-        else:
-            dist.recv(one, peer_rank)
-            dist.send(one, peer_rank)
-
-    count, took = _repeat(torch, dist, device, leader, peer_rank, args.seconds, send_step)
-    gbps = count * args.bytes * 8 / took / 1e9
-    count, took = _repeat(torch, dist, device, leader, peer_rank, args.seconds / 2, ping_step)
-    return {"gbps": round(gbps, 4), "latency_ms": round(took / count / 2 * 1000, 4)}
+    gbps = args.bytes * 8 / _repeat(torch, dist, device, leader, peer_rank, args.seconds, exchange(buf, one)) / 1e9
+    latency = _repeat(torch, dist, device, leader, peer_rank, args.seconds / 2, exchange(one, one)) / 2
+    return {"gbps": round(gbps, 4), "latency_ms": round(latency * 1000, 4)}
 
 
 def measure_allreduce(torch, dist, device, world, args):

@@ -97,3 +97,22 @@ def test_unknown_mode_and_bad_result():
         verdict({"links": []}, N3)
     with pytest.raises(FabricError, match="names a node not in"):
         verdict({"nodes": ["a"], "links": [{"a": "a", "b": "z", "gbps": 1, "latency_ms": 1}]}, ["a"])
+
+
+@pytest.mark.parametrize("case, nodes", [
+    # molecule default, 3 containers, no fault (fabric_check.yml, gate)
+    ("recorded_cluster_ok", ["default-node1", "default-node2", "default-node3"]),
+    # 3 probes on one loaded 2-core host: one node's latency at 1.9 ms against 0.1 ms
+    ("recorded_loaded_host_ok", N3),
+])
+def test_recorded_without_fault_no_false_alarm(case, nodes):
+    out = verdict(load(case), nodes, "gate", 0.5)
+    assert out["flagged"] == {} and out["action"] == "ok"
+
+
+def test_latency_jitter_below_the_slack_is_not_slow():
+    result = load("recorded_loaded_host_ok")
+    assert max(link["latency_ms"] for link in result["links"]) > 1.5
+    # 20 ms (netem) is slow, whatever the ratio
+    result["links"][0]["latency_ms"] = 20.0
+    assert "node1" in verdict(result, N3, "warn", 0.5)["flagged"]
