@@ -17,6 +17,7 @@ A rank killed by a signal (OOM killer, SIGKILL) writes no ``.exit``; the watcher
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import runpy
@@ -42,6 +43,22 @@ def _record(kind, data):
         pass
 
 
+def _sampling():
+    """The job report's sampler (_node.sampler, shipped beside this file as ``mt_sample.py``) on this
+    rank's process and its stdout/stderr; None where it was not shipped or cannot start."""
+    job_dir = os.environ.get("MULTINODE_TRAINING_JOB_DIR")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mt_sample.py")
+    if not job_dir or not os.path.isfile(path):
+        return None
+    try:
+        spec = importlib.util.spec_from_file_location("mt_sample", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module.start(job_dir, os.environ, {"stdout": (sys, "stdout"), "stderr": (sys, "stderr")})
+    except Exception:  # noqa: B902 - the report's samples never stop a rank
+        return None
+
+
 def _code(value):
     if value is None:
         return 0
@@ -56,6 +73,7 @@ def main(argv=None):
                       "rank": int(os.environ.get("RANK", "-1")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
                       "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
     code, message = 0, None
+    sampler = _sampling()
     try:
         if argv[:1] == ["-m"]:
             sys.argv = [argv[1]] + argv[2:]
@@ -76,6 +94,9 @@ def main(argv=None):
         message = lines[-1].strip() if lines else type(exc).__name__
         _finish(1, message)
         raise
+    finally:
+        if sampler is not None:
+            sampler.stop()
     _finish(0, None)
     return 0
 

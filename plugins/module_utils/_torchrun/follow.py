@@ -16,7 +16,7 @@ import os
 import signal
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap
+from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
 from ansible_collections.multinode.training.plugins.module_utils._node import watch as _torchrun_watch
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import read_json, read_text
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
@@ -29,6 +29,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
 
 RANK_WRAPPER = "mt_rank.py"
 WATCHER = "mt_watch.py"
+SAMPLER = "mt_sample.py"  # the job report's per-rank sampler (_node.sampler), loaded by the rank wrapper
 # The controller's light polls (``light_poll_argv``) run the job directory's watcher file through
 # this loader, never as ``python <job dir>/mt_watch.py``. The job's account owns the job directory
 # and could replace any file in it (or put a ``json.py`` beside the watcher, first on sys.path): run
@@ -108,6 +109,7 @@ def write_watch_files(params, dir_fd, job_id, host, owner=None):
     the job directory (open as ``dir_fd``: ``new_file``), and ``exits/``, all owned by ``owner``
     (the job's account)."""
     for name, source, mode in ((RANK_WRAPPER, inspect.getsource(rankwrap), 0o640),
+                               (SAMPLER, inspect.getsource(sampler), 0o640),
                                (WATCHER, inspect.getsource(_torchrun_watch), 0o640),
                                ("watch.json", json.dumps(watch_conf(params, job_id, host), sort_keys=True), 0o600),
                                ("lease", "", 0o640)):

@@ -469,7 +469,7 @@ def test_fill_job_dir_writes_nothing_through_a_name_swapped_for_a_link(tmp_path)
     made = job_dir + ".moved"
     assert sorted(os.listdir(made)) == sorted(["exits", "job.json", "lease", fol.RANK_WRAPPER,
                                                jobdir.SUPERVISOR_FILE, "torchrun.log", "watch.json", "watch.log",
-                                               fol.WATCHER])
+                                               fol.WATCHER, fol.SAMPLER])
     uid = _owner()[0] if _owner() else os.geteuid()
     assert os.stat(made).st_uid == uid and os.stat(made).st_mode & 0o777 == 0o750
     assert all(os.lstat(os.path.join(made, n)).st_uid == uid for n in os.listdir(made))

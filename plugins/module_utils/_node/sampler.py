@@ -1,0 +1,167 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The per-rank sampler for the job report: a thread in each rank's own process (started by the rank
+wrapper, _node.rankwrap), shipped beside it as ``mt_sample.py``. Standard library only.
+
+Every ``INTERVAL`` seconds it appends one JSON line to ``<job dir>/samples/<restart>_<local rank>.jsonl``:
+the rank's CPU seconds and RSS from ``/proc/<pid>/stat`` and ``status``, its run-queue wait (``schedstat``:
+time it was runnable but not running, throttling by a CPU limit included), the sampler thread's own CPU
+seconds (its cost, reported by the job report), and on local rank 0 of a node with ``nvidia-smi`` the
+GPUs' utilization and memory and the compute apps' memory by pid. The rank's ``sys.stdout`` and
+``sys.stderr`` pass through a tee that time-stamps each line that could be a step line (``CANDIDATE``:
+it names a step, a loss or an iteration); which of them are steps is decided on the controller
+(_report.steps, ``train_step_pattern``), so the training script is not changed and no pattern ships.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+INTERVAL = 2.0
+CANDIDATE = re.compile(r"step|loss|iter", re.IGNORECASE)
+MAX_LINE = 400
+GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
+APPS_QUERY = ["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]
+
+
+def parse_stat(text, ticks):
+    """/proc/<pid>/stat -> CPU seconds (user + system); the command name may hold spaces and parentheses."""
+    fields = text[text.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / float(ticks)
+
+
+def parse_rss(text):
+    """/proc/<pid>/status -> resident bytes (VmRSS), 0 when absent (a zombie)."""
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def parse_csv(text):
+    """nvidia-smi's csv,noheader,nounits -> rows of numbers (a row with "[N/A]" keeps None there)."""
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if line.strip():
+            rows.append([float(c) if re.match(r"^-?\d+(\.\d+)?$", c) else None for c in cells])
+    return rows
+
+
+def parse_schedstat(text):
+    """/proc/<pid>/schedstat -> seconds waited on the run queue (the second field, in ns)."""
+    return int(text.split()[1]) / 1e9
+
+
+def proc_sample(pid, proc="/proc", ticks=None):
+    ticks = ticks or os.sysconf("SC_CLK_TCK")
+    with open("%s/%d/stat" % (proc, pid)) as handle:
+        cpu = parse_stat(handle.read(), ticks)
+    with open("%s/%d/status" % (proc, pid)) as handle:
+        rss = parse_rss(handle.read())
+    data = {"cpu": round(cpu, 3), "rss": rss}
+    try:
+        with open("%s/%d/schedstat" % (proc, pid)) as handle:
+            data["delay"] = round(parse_schedstat(handle.read()), 3)
+    except (OSError, IndexError, ValueError):
+        pass  # a kernel without schedstats
+    return data
+
+
+def gpu_sample(smi):
+    """The GPUs and the compute apps by pid (one nvidia-smi call each), {} when it fails."""
+    try:
+        gpus = subprocess.run([smi] + GPU_QUERY, capture_output=True, text=True, timeout=5, check=True).stdout
+        apps = subprocess.run([smi] + APPS_QUERY, capture_output=True, text=True, timeout=5, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    return {"gpus": parse_csv(gpus), "apps": parse_csv(apps)}
+
+
+class Tee:
+    """A text stream that passes everything through and hands each complete candidate line to ``record``."""
+
+    def __init__(self, stream, record, name):
+        self._stream, self._record, self._name, self._part = stream, record, name, ""
+
+    def write(self, text):
+        written = self._stream.write(text)
+        if "\n" in text or self._part:
+            lines = (self._part + text).split("\n")
+            self._part = lines.pop()[-MAX_LINE:]
+            for line in lines:
+                if CANDIDATE.search(line):
+                    self._record({"t": round(time.time(), 3), "kind": "line", "stream": self._name,
+                                  "text": line[-MAX_LINE:]})
+        elif text:
+            self._part = text[-MAX_LINE:]
+        return written
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+class Sampler:
+    """One rank's samples file; ``start`` runs the sampling thread, ``stop`` takes a last sample."""
+
+    def __init__(self, path, pid, local_rank, interval=INTERVAL, proc="/proc", smi=None):
+        self.path, self.pid, self.interval, self.proc = path, pid, interval, proc
+        self.smi = smi if local_rank == 0 else None
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._thread = None
+        self._self_cpu = 0.0
+        self._handle = open(path, "a")
+
+    def record(self, data):
+        with self._lock:
+            if not self._handle.closed:
+                self._handle.write(json.dumps(data, sort_keys=True) + "\n")
+                self._handle.flush()
+
+    def sample(self):
+        try:
+            data = proc_sample(self.pid, self.proc)
+        except (OSError, ValueError, IndexError):
+            return
+        data.update({"t": round(time.time(), 3), "kind": "proc", "self_cpu": round(self._self_cpu, 4)})
+        if self.smi:
+            data.update(gpu_sample(self.smi))
+        self.record(data)
+
+    def _loop(self):
+        while not self._done.wait(self.interval):
+            self.sample()
+            self._self_cpu = time.thread_time()
+
+    def start(self):
+        self.sample()
+        self._thread = threading.Thread(target=self._loop, name="mt-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._done.set()
+        self.sample()
+        with self._lock:
+            self._handle.close()
+
+
+def start(job_dir, env, streams):
+    """Start sampling this process into ``<job dir>/samples/`` and tee ``streams`` ({name: (module, attr)});
+    None (the rank runs unsampled) when the directory cannot be written."""
+    name = "%s_%s" % (env.get("TORCHELASTIC_RESTART_COUNT", "0"), env.get("LOCAL_RANK", "0"))
+    try:
+        os.makedirs(os.path.join(job_dir, "samples"), exist_ok=True)
+        sampler = Sampler(os.path.join(job_dir, "samples", name + ".jsonl"), os.getpid(),
+                          int(env.get("LOCAL_RANK", "0")), smi=shutil.which("nvidia-smi"))
+    except (OSError, ValueError):
+        return None
+    for stream_name, (owner, attr) in streams.items():
+        setattr(owner, attr, Tee(getattr(owner, attr), sampler.record, stream_name))
+    return sampler.start()

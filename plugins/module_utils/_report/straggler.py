@@ -1,0 +1,89 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Step time per node and the straggler rule.
+
+In a job whose steps are synchronous (data parallel: every step ends in a collective) every node
+prints its steps at the same pace, the slow node's pace; the wall time between step lines cannot
+tell which node holds the others up. What differs is how long each node's ranks wanted the CPU per
+step: CPU time plus run-queue wait (throttling by a CPU limit included), from the sampler's
+``cpu`` and ``delay`` (``demand_per_step``); the others spend the difference blocked in the
+collective. The node's time per step is that demand where the samples carry it, else the wall
+step time.
+
+A rank's step time is the time between two step lines divided by the steps between them (several
+steps can arrive in one write); a step number that goes down (a restart resumed from a checkpoint)
+starts a new series. A node's step time is the median over its ranks' step times; a node whose step
+time exceeds ``ratio`` times the nodes' median (the lower middle for an even count, so that of two
+nodes the slow one is compared with the fast one) is a straggler, named with its ratio.
+"""
+from __future__ import annotations
+
+import statistics
+
+
+def step_times(steps):
+    """[{t, step}] in time order -> [(t, seconds per step)]."""
+    out, last = [], None
+    for record in steps:
+        if last is not None and record["step"] > last["step"] and record["t"] >= last["t"]:
+            out.append((record["t"], (record["t"] - last["t"]) / (record["step"] - last["step"])))
+        if last is None or record["step"] != last["step"]:
+            last = record
+    return out
+
+
+def node_step_time(rank_steps):
+    """{rank: [{t, step}]} of one node -> median seconds per step, None without two steps on any rank."""
+    times = [seconds for steps in rank_steps.values() for _t, seconds in step_times(steps)]
+    return statistics.median(times) if times else None
+
+
+def _steps_by(steps, when):
+    done = [s["step"] for s in steps if s["t"] <= when]
+    return done[-1] if done else None
+
+
+def demand_per_step(steps, samples):
+    """One rank's (CPU + run-queue wait) seconds per step between the first and the last sample taken
+    while it printed steps, or None (fewer than two such samples, no step between, no ``delay``)."""
+    if not steps:
+        return None
+    inside = [s for s in samples if steps[0]["t"] <= s["t"] <= steps[-1]["t"] + 0.5 and "delay" in s]
+    if len(inside) < 2:
+        return None
+    first, last = inside[0], inside[-1]
+    done = (_steps_by(steps, last["t"]) or 0) - (_steps_by(steps, first["t"]) or 0)
+    if done <= 0:
+        return None
+    return (last["cpu"] + last["delay"] - first["cpu"] - first["delay"]) / done
+
+
+def node_time(rank_steps, rank_samples):
+    """(seconds per step, how): the median demand per step over the node's ranks, else the wall step time."""
+    demands = [d for d in (demand_per_step(steps, rank_samples.get(key, [])) for key, steps in rank_steps.items())
+               if d is not None]
+    if demands:
+        return statistics.median(demands), "demand"
+    return node_step_time(rank_steps), "wall"
+
+
+def verdict(node_times, ratio=1.2):
+    """{node: seconds per step or None} -> {median, ratios, stragglers [(node, ratio)], line}."""
+    known = {node: value for node, value in node_times.items() if value}
+    if len(known) < 2:
+        return {"median": None, "ratios": {}, "stragglers": [],
+                "line": "no straggler check: step times from %d node(s), 2 needed" % len(known)}
+    median = statistics.median_low(sorted(known.values()))
+    ratios = {node: round(value / median, 2) for node, value in known.items()}
+    stragglers = sorted(((node, r) for node, r in ratios.items() if value_over(known[node], median, ratio)),
+                        key=lambda item: -item[1])
+    if stragglers:
+        line = "straggler: %s (%s)" % (", ".join("%s %.2fx the median time per step %.3f s" % (node, r, median)
+                                                 for node, r in stragglers), "ratio > %g" % ratio)
+    else:
+        line = "no straggler: every node within %gx the median time per step %.3f s" % (ratio, median)
+    return {"median": median, "ratios": ratios, "stragglers": stragglers, "line": line}
+
+
+def value_over(value, median, ratio):
+    return value > ratio * median
