@@ -11,12 +11,13 @@ probe job's directory)::
 
 Rules (docs/fabric.md):
 
-* links: a node's figure is its *best* link (highest Gbit/s, lowest latency); the
-  reference is the median of those best figures over the nodes. A link below
-  ``ratio`` x reference Gbit/s, or whose latency is above reference / ``ratio`` and
-  more than ``LATENCY_SLACK_MS`` above it, is slow; so is one below ``min_gbps``.
-  With the best link per node, one bad node among three is found although two of
-  the three links are slow (their median would be a slow one).
+* links: the reference is the median over the nodes of each node's median link
+  Gbit/s (latency: of each node's best link). A link below ``ratio`` x reference Gbit/s, or whose latency is
+  above reference / ``ratio`` and more than ``LATENCY_SLACK_MS`` above it, is slow;
+  so is one below ``min_gbps``. Per node first, so one bad node among three is
+  found although two of the three links are slow (their median would be a slow
+  one); the median per node, not its best, so a healthy link's 2x jitter on a busy
+  host is not slow against the fastest link seen.
 * a slow link is blamed on its endpoint(s) whose best link is slow too; when neither
   is (a bad cable between two good nodes), both are named.
 * compute: a node below ``ratio`` x the median GFLOP/s is slow.
@@ -70,9 +71,20 @@ def _best(nodes, links):
     return best
 
 
-def _slow_links(links, best, ratio, min_gbps):
-    """[(link, [reasons])] for the slow links, and the references used."""
-    ref_gbps = statistics.median([b[0] for b in best.values()]) if best else None
+def _typical(nodes, links):
+    """{node: median Gbit/s} over the node's links."""
+    out = {}
+    for node in nodes:
+        mine = [link["gbps"] for link in links if node in (link["a"], link["b"])]
+        if mine:
+            out[node] = statistics.median(mine)
+    return out
+
+
+def _slow_links(links, typical, best, ratio, min_gbps):
+    """[(link, [reasons])] for the slow links, and the references: the median over the nodes of each node's median link."""
+    ref_gbps = statistics.median(typical.values()) if typical else None
+    # latency: the median of the nodes' best (a node's two links' mean would be half a 20 ms fault)
     ref_lat = statistics.median([b[1] for b in best.values()]) if best else None
     slow = []
     for link in links:
@@ -160,7 +172,7 @@ def verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=""):
     min_gbps = float(min_gbps) if min_gbps else None
     links = result.get("links", [])
     best = _best(nodes, links)
-    slow, ref_gbps, ref_lat = _slow_links(links, best, ratio, min_gbps)
+    slow, ref_gbps, ref_lat = _slow_links(links, _typical(nodes, links), best, ratio, min_gbps)
     flagged = _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat)
     slow_compute, ref_compute = _slow_compute(nodes, result.get("compute", {}), ratio)
     for node, why in slow_compute.items():
