@@ -19,6 +19,7 @@ import os
 import re
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as manifest_schema
+from ansible_collections.multinode.training.plugins.module_utils._report.steps import pattern_problem as steps_pattern_problem
 from ansible_collections.multinode.training.plugins.module_utils._validate.engine import (
     Problem,
     check_env_mapping,
@@ -258,6 +259,26 @@ def _fabric_ratio(variable, value, values, ctx):
     return []
 
 
+def _step_pattern(variable, value, values, ctx):
+    """Empty (the built-in step lines) or a regex with the named group ``step`` (_report.steps)."""
+    problem = steps_pattern_problem(str(value)) if value else None
+    if problem:
+        return [Problem(variable, value, problem, "empty or a regular expression with (?P<step>...), such as "
+                        "'step (?P<step>\\d+) loss (?P<loss>\\S+)'")]
+    return []
+
+
+def _straggler_ratio(variable, value, values, ctx):
+    """Over 1: a node this many times the median time per step is a straggler."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = 0.0
+    if isinstance(value, bool) or not number > 1:
+        return [Problem(variable, value, "not over 1", "a ratio over 1, such as 1.2")]
+    return []
+
+
 def _deepspeed_source(variable, value, values, ctx):
     """What each source type needs (checked on deepspeed_build_source, naming the variable at fault)."""
     problems = []
@@ -356,6 +377,8 @@ RULES = {
     "train_fabric_ratio": [_fabric_ratio],
     "train_fabric_min_gbps": [_range(0, number=float)],
     "train_fabric_seconds": [_range(0.1, 10, number=float)],
+    "train_step_pattern": [_step_pattern],
+    "train_straggler_ratio": [_straggler_ratio],
     # deepspeed_build
     "deepspeed_build_source": [_deepspeed_source],
     "deepspeed_build_cuda_arch_list": [_cuda_arch],

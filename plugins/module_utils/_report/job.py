@@ -1,0 +1,47 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The job report's entry (the action train_job_report): check the arguments, build the model from the
+collected job directories, write ``<run dir>/report.html``, and return what the play prints."""
+from __future__ import annotations
+
+import os
+
+from ansible_collections.multinode.training.plugins.module_utils._report import html, steps, timeline
+
+
+class ReportError(Exception):
+    pass
+
+
+def check(args):
+    """The arguments with defaults, or ReportError naming the bad one."""
+    out = {"hosts": [], "pattern": "", "ratio": 1.2, "header": {}, "dest": ""}
+    out.update({k: v for k, v in args.items() if v is not None})
+    if not out.get("run_dir") or not os.path.isdir(out["run_dir"]):
+        raise ReportError("run_dir %r is not a directory (the collected job)" % out.get("run_dir"))
+    if out["pattern"] and steps.pattern_problem(out["pattern"]):
+        raise ReportError("pattern %r %s" % (out["pattern"], steps.pattern_problem(out["pattern"])))
+    if float(out["ratio"]) <= 1:
+        raise ReportError("ratio %r must be over 1" % out["ratio"])
+    out["ratio"] = float(out["ratio"])
+    out["dest"] = out["dest"] or os.path.join(out["run_dir"], "report.html")
+    return out
+
+
+def failure_line(model):
+    failure = model["first_failure"]
+    if not failure:
+        return ""
+    return "first failure: rank %s on %s (exit code %s): %s" % (failure["rank"], failure["host"],
+                                                                 failure["exitcode"], failure["message"])
+
+
+def report(args):
+    """Write the report; {path, size, straggler_line, stragglers, failure_line, sampler_cost}."""
+    args = check(args)
+    model = timeline.build(args["run_dir"], args["hosts"], args["pattern"] or None, args["ratio"])
+    size = html.write(model, args["dest"], args["header"])
+    verdict = model["straggler"]
+    return {"path": args["dest"], "size": size, "straggler_line": verdict["line"],
+            "stragglers": [{"node": node, "ratio": ratio} for node, ratio in verdict["stragglers"]],
+            "failure_line": failure_line(model), "sampler_cost": model["sampler_cost"], "lost": model["lost"]}

@@ -1,0 +1,121 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The job report's model from the collected job directories (``<runs>/<job id>/<host>/``): every rank's
+start and exit (the rank wrapper's ``exits/``), restarts, the first failure across the nodes, lost
+nodes, the samples (_node.sampler's ``samples/``), step times and the straggler verdict. Pure: reads
+files, returns a dict the writer (_report.html) draws."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
+from ansible_collections.multinode.training.plugins.module_utils._report import straggler
+
+
+def _json(path):
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def _jsonl(path):
+    out = []
+    try:
+        with open(path) as handle:
+            for line in handle:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    continue  # a line cut by a killed rank
+    except OSError:
+        pass
+    return out
+
+
+def rank_records(node_dir):
+    """{"<restart>_<local rank>": {start, exit}} from the rank wrapper's files."""
+    ranks = {}
+    for path in glob.glob(os.path.join(node_dir, "exits", "*_*.*")):
+        key, kind = os.path.basename(path).rsplit(".", 1)
+        if kind in ("start", "exit"):
+            ranks.setdefault(key, {})[kind] = _json(path)
+    return ranks
+
+
+def node_model(node_dir, patterns):
+    """One node: its job and result files, ranks, samples and step lines by rank key."""
+    ranks = rank_records(node_dir)
+    samples, rank_steps = {}, {}
+    for path in glob.glob(os.path.join(node_dir, "samples", "*.jsonl")):
+        key = os.path.basename(path)[:-len(".jsonl")]
+        records = _jsonl(path)
+        samples[key] = [r for r in records if r.get("kind") == "proc"]
+        rank_steps[key] = _steps.steps([r for r in records if r.get("kind") == "line"], patterns)
+    return {"job": _json(os.path.join(node_dir, "job.json")) or {},
+            "result": _json(os.path.join(node_dir, "result.json")),
+            "ranks": ranks, "samples": samples, "steps": rank_steps}
+
+
+def events(nodes):
+    """Every start and exit, in time order: {t, host, key, rank, restart, kind, exitcode, message}."""
+    out = []
+    for host, node in nodes.items():
+        for key, record in node["ranks"].items():
+            for kind in ("start", "exit"):
+                data = record.get(kind)
+                if data:
+                    out.append({"t": data.get("time", 0), "host": host, "key": key, "rank": data.get("rank"),
+                                "restart": data.get("restart", 0), "kind": kind,
+                                "exitcode": data.get("exitcode"), "message": data.get("message")})
+    return sorted(out, key=lambda e: (e["t"], e["host"], e["key"]))
+
+
+def first_failure(all_events):
+    """The earliest rank exit with a non-zero code, or None."""
+    for event in all_events:
+        if event["kind"] == "exit" and event["exitcode"]:
+            return event
+    return None
+
+
+def self_cost(nodes):
+    """The sampler's own CPU seconds per node per minute of sampling (its last sample's self_cpu, summed
+    over the node's ranks, over the sampled span)."""
+    cost = {}
+    for host, node in nodes.items():
+        cpu, span = 0.0, 0.0
+        for series in node["samples"].values():
+            if len(series) >= 2:
+                cpu += series[-1].get("self_cpu", 0.0)
+                span = max(span, series[-1]["t"] - series[0]["t"])
+        if span > 0:
+            cost[host] = round(cpu / span * 60, 4)
+    return cost
+
+
+def build(run_dir, hosts=None, pattern=None, ratio=1.2):
+    """The report's model of ``run_dir``; ``hosts`` (the play's nodes in order) names nodes with no
+    directory as lost."""
+    patterns = _steps.compile_patterns(pattern)
+    present = sorted(d for d in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, d)))
+    order = list(hosts or []) + [d for d in present if d not in (hosts or [])]
+    nodes = {host: node_model(os.path.join(run_dir, host), patterns) for host in order if host in present}
+    all_events = events(nodes)
+    measured = {host: straggler.node_time(node["steps"], node["samples"]) for host, node in nodes.items()}
+    how = {m[1] for m in measured.values() if m[0]}
+    if how == {"demand", "wall"}:  # compare like with like: wall step time where a node lacks the demand
+        measured = {host: (straggler.node_step_time(node["steps"]), "wall") for host, node in nodes.items()}
+    times = {host: value for host, (value, _how) in measured.items()}
+    rank0 = [s for node in nodes.values() for key, s in node["steps"].items()
+             if (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0]
+    return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
+            "lost": [host for host in order if host not in nodes], "events": all_events,
+            "first_failure": first_failure(all_events), "step_time": times,
+            "measure": "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand",
+            "straggler": straggler.verdict(times, ratio), "ratio": ratio,
+            "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
+            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes)}
