@@ -44,7 +44,7 @@ def _nnodes(value, hosts):
     text = str(value).strip()
     if not text:
         return len(hosts), len(hosts)
-    low, _, high = text.partition(":")
+    low, _colon, high = text.partition(":")
     try:
         return int(low), int(high or low)
     except ValueError as exc:

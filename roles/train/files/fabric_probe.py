@@ -64,7 +64,7 @@ def _repeat(torch, dist, device, leader, peer_rank, seconds, step):
     else:
         dist.recv(count, peer_rank)
     steps = []
-    for _ in range(int(count[0])):
+    for _step in range(int(count[0])):
         start = time.perf_counter()
         step()
         _sync(torch, device)
@@ -114,7 +114,7 @@ def measure_allreduce(torch, dist, device, world, args):
                          dtype=torch.int64, device=device)
     dist.broadcast(count, 0)
     start = time.perf_counter()
-    for _ in range(int(count[0])):
+    for _step in range(int(count[0])):
         dist.all_reduce(buf)
     _sync(torch, device)
     took = time.perf_counter() - start
