@@ -40,6 +40,7 @@ venv-test: $(BIN)/ansible-playbook $(BIN)/molecule
 ## harness: a Docker engine, the molecule base images (and the Slurm cluster image), the host wheelhouse.
 harness:
 	bash scripts/ensure_docker.sh
+	bash scripts/ensure_chromium.sh
 	bash scripts/base_images.sh bookworm bullseye
 	bash scripts/slurm_image.sh
 	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh

@@ -76,9 +76,14 @@ def step_figure(model):
         if points:
             axes.plot([t - t0 for t, _s in points], [s for _t, s in points], ".-", label=host)
     verdict = model["straggler"]
+    if model.get("measure") == "demand":  # the rule's figure per node: CPU time + run-queue wait per step
+        for host, value in model["step_time"].items():
+            if value:
+                axes.axhline(value, linestyle=":", color=axes.plot([], [])[0].get_color(),
+                             label="%s: CPU + run-queue wait per step" % host)
     if verdict["median"]:
         axes.axhline(verdict["median"], color="black", linestyle="--", label="median of nodes")
-    axes.set_xlabel("seconds")
+    axes.set_xlabel("seconds (points: wall time between step lines)")
     axes.set_ylabel("seconds per step")
     axes.set_title(verdict["line"])
     if axes.get_legend_handles_labels()[0]:
