@@ -3,7 +3,7 @@
 """Action multinode.training.validate: every variable of the roles a play will run, on the controller.
 
 Documentation: plugins/modules/validate.py. The checks are in module_utils/_validate/engine.py (types from
-each role's meta/argument_specs.yml, without coercion) and _validate.engine/rules.py (ranges, forms,
+each role's meta/argument_specs.yml, without coercion) and _validate/rules.py (ranges, forms,
 controller files). This file only gathers the values: per host of the pattern, the inventory and
 extra variables over the roles' defaults, templated the way the play will see them.
 """

@@ -23,7 +23,7 @@ description:
     variable C(multinode_training_inventory_errors) of group C(all); C(train.yml) refuses to run while
     it is set, before any node is touched.
   - The file is accepted when its name is C(hostfile), starts with C(hostfile) or ends with
-    C(.hostfile) or C(_launch.hostfile). Enable the plugin in C(ansible.cfg)
+    C(.hostfile) or C(_hostfile). Enable the plugin in C(ansible.cfg)
     (C([inventory] enable_plugins = multinode.training.hostfile, ...)), as this repository's
     C(ansible.cfg) does, or with C(ANSIBLE_INVENTORY_ENABLED).
   - Host names are used as given (C(ansible_host) is not set); names that SSH resolves, for example
@@ -74,7 +74,7 @@ class InventoryModule(BaseInventoryPlugin):
         if not super().verify_file(path):
             return False
         name = os.path.basename(path)
-        return name.startswith("hostfile") or name.endswith((".hostfile", "_launch.hostfile"))
+        return name.startswith("hostfile") or name.endswith((".hostfile", "_hostfile"))
 
     def parse(self, inventory, loader, path, cache=True):
         super().parse(inventory, loader, path, cache)

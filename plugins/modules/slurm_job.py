@@ -43,7 +43,7 @@ options:
     required: true
   bin_dir:
     description:
-      - Shared directory holding C(slurm_node.py), C(env_probe.py) and C(_node/torchrun.py) (the train role copies
+      - Shared directory holding C(slurm_node.py), C(env_probe.py) and C(_torchrun.py) (the train role copies
         them); the module adds C(supervisor.py).
     type: path
   partition:

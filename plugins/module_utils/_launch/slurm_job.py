@@ -175,7 +175,7 @@ def submit(module):
     result = dict(changed=True, script=script, partition=partition, nproc_per_node=nproc)
     if module.check_mode:
         module.exit_json(**result)
-    for path in ("slurm_node.py", "env_probe.py", "_node/torchrun.py"):
+    for path in ("slurm_node.py", "env_probe.py", "_torchrun.py"):
         if not os.path.isfile(os.path.join(p["bin_dir"], path)):
             module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
     write_file(os.path.join(p["bin_dir"], "supervisor.py"), supervisor_source())
