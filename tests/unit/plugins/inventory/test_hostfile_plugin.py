@@ -39,3 +39,14 @@ def test_bad_hostfile_error_recorded_for_train_yml(tmp_path):
     errors = data["_meta"]["hostvars"]["w1"]["multinode_training_inventory_errors"]
     assert "line 2" in json.dumps(errors)
     assert "train" not in data
+
+
+def test_every_documented_file_name_is_read_as_a_hostfile(tmp_path):
+    """hostfile*, *.hostfile and *_hostfile (the plugin's documentation) are this plugin's; others are not."""
+    text = (FIXTURES / "hostfile" / "deepspeed_seed.hostfile").read_text()
+    for name in ("hostfile", "cluster.hostfile", "cluster_hostfile"):
+        (tmp_path / name).write_text(text)
+        run = _inventory(tmp_path / name)
+        assert run.returncode == 0 and json.loads(run.stdout)["train"]["hosts"] == ["huaweiyun1", "huaweiyun2"], name
+    (tmp_path / "cluster_hosts").write_text(text)
+    assert "train" not in json.loads(_inventory(tmp_path / "cluster_hosts").stdout)
