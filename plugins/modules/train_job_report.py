@@ -50,10 +50,14 @@ options:
 attributes:
   check_mode:
     support: none
+    description: Writes the report; in check mode the action does not run.
   diff_mode:
     support: none
+    description: Shows no diff.
   platform:
+    support: full
     platforms: posix
+    description: Runs on the controller.
 notes:
   - A node's time per step is the CPU time plus run-queue wait of its ranks per step where the samples have it (in a
     synchronous job every node prints its steps at the slow node's pace), else the wall time between step lines.
@@ -100,4 +104,3 @@ lost:
   type: list
   elements: str
 """
-

@@ -32,8 +32,8 @@ def failure_line(model):
     failure = model["first_failure"]
     if not failure:
         return ""
-    return "first failure: rank %s on %s (exit code %s): %s" % (failure["rank"], failure["host"],
-                                                                 failure["exitcode"], failure["message"])
+    return "first failure: rank %s on %s (exit code %s): %s" % (
+        failure["rank"], failure["host"], failure["exitcode"], failure["message"])
 
 
 def report(args):
