@@ -5,8 +5,18 @@ _node.sampler's tee) are training steps, with the step number and the loss.
 
 ``train_step_pattern`` (a regex with the named group ``step`` and optionally ``loss``) replaces the
 built-in patterns, which know the bundled smoke job, DeepSpeed's engine and throughput timer, and the
-Hugging Face Trainer's log dict. The Trainer's dict carries no step: its lines are counted (1, 2, ...,
-one per ``logging_steps``).
+Hugging Face Trainer's log dict (recorded from real runs: tests/fixtures/report/logs/, README there).
+
+- DeepSpeed prints its ``step=N, skipped=`` and throughput-timer lines at INFO, which a rank shows only with
+  ``"log_level": "info"`` in the DeepSpeed config (its logger stays at WARNING otherwise; the
+  ``time (ms) | ... step: ...`` breakdown lines are not steps). ``deepspeed.initialize`` itself prints
+  ``step=0``: not a training step, left out.
+- The Trainer's dict carries no step: its lines are counted (1, 2, ..., one per ``logging_steps``). Newer
+  releases print the numbers as strings (``'loss': '3.903'``, ``'epoch': '1'``) and may put keys after
+  ``epoch`` (``num_input_tokens_seen``); the run's summary (``{'train_runtime': ...}``) is not a step.
+- A line is what the tee cut on "\\n"; tqdm's bars move with "\\r", so one line can hold many updates (and,
+  where stdout and stderr share a file, the bars and then a log dict). A line is matched "\\r" segment by
+  segment, last first: its step is the latest one it shows, and a pattern anchored with ``^`` works.
 """
 from __future__ import annotations
 
@@ -15,9 +25,9 @@ import re
 
 BUILTIN = (
     ("smoke", r"smoke: rank=\d+ step=(?P<step>\d+)(?: loss=(?P<loss>\S+))?"),
-    ("deepspeed", r"\bstep=(?P<step>\d+), skipped=\d+"),
+    ("deepspeed", r"\bstep=(?P<step>[1-9]\d*), skipped=\d+"),
     ("deepspeed_timer", r"global_step=(?P<step>\d+), RunningAvgSamplesPerSec"),
-    ("hf_trainer", r"\{'loss': '?(?P<loss>[-+0-9.eE]+|nan|inf)'?,.*'epoch': '?[0-9.]+'?\}"),
+    ("hf_trainer", r"\{'loss': '?(?P<loss>[-+0-9.eE]+|[-+]?nan|[-+]?inf)'?, [^{}]*'epoch': '?[0-9.]+'?[,}]"),
 )
 
 
@@ -48,13 +58,15 @@ def _number(text):
 
 
 def match(line, patterns):
-    """(name, step or None, loss or None) of the first pattern that matches ``line``, or None."""
-    for name, regex in patterns:
-        found = regex.search(line)
-        if found:
-            groups = found.groupdict()
-            step = groups.get("step")
-            return name, int(step) if step is not None else None, _number(groups.get("loss"))
+    """(name, step or None, loss or None) of the first pattern that matches the last "\\r" segment of ``line``
+    that any matches, or None."""
+    for segment in reversed(line.split("\r")):
+        for name, regex in patterns:
+            found = regex.search(segment)
+            if found:
+                groups = found.groupdict()
+                step = groups.get("step")
+                return name, int(step) if step is not None else None, _number(groups.get("loss"))
     return None
 
 
