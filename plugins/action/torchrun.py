@@ -42,6 +42,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import unpack_job_archive
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import (
     light_poll_argv,
     next_window,
@@ -114,6 +115,7 @@ class ActionModule(ActionBase):
             # [python, mt_watch.py, follow, job dir]: from the host's python (known after the facts), else
             # from the first module call's answer
             light = self._light_argv(task_vars, args)
+            live_line = Live(host, args.get("step_pattern"), collect_to)
             while True:
                 if os.getppid() != parent:
                     # ansible-playbook is gone (killed): stop renewing the lease, the nodes end the job.
@@ -126,7 +128,7 @@ class ActionModule(ActionBase):
                     if polled is None:
                         light = None
                     elif not polled.get("attention"):
-                        next_print = self._progress(host, polled, next_print, poll)
+                        next_print = self._progress(host, polled, next_print, poll, live_line)
                         continue
                 polled = self._module_poll(args, window, task_vars, host)
                 if polled.get("failed") and not polled.get("done"):
@@ -142,7 +144,7 @@ class ActionModule(ActionBase):
                     break
                 if not light and light_enabled() and polled.get("interpreter") and polled.get("job_dir"):
                     light = light_poll_argv(polled["interpreter"], polled["job_dir"])
-                next_print = self._progress(host, polled, next_print, poll)
+                next_print = self._progress(host, polled, next_print, poll, live_line)
             packed = polled.pop("archive", None)
             result.update(polled)
             if collect_to:
@@ -168,11 +170,13 @@ class ActionModule(ActionBase):
                     "wait: %s" % (host, exc)}
 
     @staticmethod
-    def _progress(host, polled, next_print, poll):
-        """Print the node's progress line when it is due -> when the next one is."""
+    def _progress(host, polled, next_print, poll, live):
+        """Print the node's progress line when it is due, with its latest step and the slowest node so
+        far (_torchrun.live: measured at every poll) -> when the next one is."""
         now = time.time()
+        extra = live.line(polled)
         if now >= next_print - 0.5:
-            display.display("[%s] %s" % (host, polled.get("progress")))
+            display.display("[%s] %s%s" % (host, polled.get("progress"), extra))
             return now + poll
         return next_print
 

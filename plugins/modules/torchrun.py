@@ -195,6 +195,14 @@ options:
     description: Seconds between progress lines with O(follow).
     type: int
     default: 10
+  step_pattern:
+    description:
+      - With O(follow), the progress lines add each node's latest step and loss and the slowest node so far
+        (its CPU plus run-queue wait per step against the median, from the job report's samples); this is the
+        regular expression (named group C(step), optionally C(loss)) that finds the step lines. Empty - the job
+        report's built-in patterns (the bundled smoke job, DeepSpeed, the Hugging Face Trainer). The node ignores it.
+    type: str
+    default: ""
   follow_limit:
     description:
       - Set by the action for each long poll of O(follow) (leave it unset) - with O(state=finished) and a started
@@ -450,6 +458,13 @@ progress:
   description: One line - running ranks, restarts, seconds since the start, last line of local rank 0.
   returned: state is status
   type: str
+live:
+  description:
+    - The job report's latest samples on this node (CPU plus run-queue wait summed over the local ranks of the
+      latest attempt, their count, the latest sample's time, the last candidate step lines of the lowest local
+      rank); null before the first sample. The action's progress lines use it (O(step_pattern)).
+  returned: state is status, or with O(follow_limit) while the job runs
+  type: dict
 done:
   description: Whether the job ended on this node.
   returned: state is status, or with O(follow_limit)

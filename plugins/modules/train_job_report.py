@@ -84,7 +84,7 @@ straggler_line:
   description: The straggler verdict in one line.
   returned: success
   type: str
-  sample: "straggler: node2 2.31x the median time per step 0.042 s (ratio > 1.2)"
+  sample: "straggler: node2 2.31x the median CPU + run-queue wait per step 0.042 s (ratio > 1.2)"
 stragglers:
   description: The stragglers with their ratios.
   returned: success

@@ -6,8 +6,9 @@ Standard library only; the torchrun module writes its source into the job direct
 (``mt_rank.py``) and gives it to torchrun as the entry point, followed by the script (or ``-m
 module``) and its arguments. In the rank's own process it:
 
-- writes ``<job dir>/exits/<restart>_<local rank>.start`` (pid, global rank, time) before the
-  script runs, and ``.exit`` (exit code, time, the exception's last line) when it ends, so the
+- writes ``<job dir>/exits/<restart>_<local rank>.start`` (pid, global rank, time, python, the
+  environment's real path) before the script runs, and ``.exit`` (exit code, time, the exception's
+  last line, the versions of the libraries it imported) when it ends, so the
   node's watcher (_node.watch) learns about a failure the moment it happens, with its cause,
   whether or not the script uses torch's ``@record``;
 - runs the script as ``__main__`` (``runpy``: ``sys.argv``, ``sys.path[0]`` and ``__file__`` as
@@ -69,7 +70,9 @@ def _code(value):
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    _record("start", {"pid": os.getpid(), "time": time.time(),
+    # The python and its environment (the venv's real path names the wheel's release) for the report.
+    _record("start", {"pid": os.getpid(), "time": time.time(), "python": sys.version.split()[0],
+                      "prefix": os.path.realpath(sys.prefix),
                       "rank": int(os.environ.get("RANK", "-1")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
                       "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
     code, message = 0, None
@@ -101,10 +104,21 @@ def main(argv=None):
     return 0
 
 
+# The libraries whose versions the job report's header shows: those the rank imported, as it ended.
+REPORTED = ("torch", "deepspeed", "transformers", "accelerate", "numpy")
+
+
+def imported_versions(modules=None):
+    """{name: __version__} of the REPORTED libraries the rank imported (none is imported here)."""
+    modules = sys.modules if modules is None else modules
+    return {name: str(getattr(modules[name], "__version__", "?")) for name in REPORTED if name in modules}
+
+
 def _finish(code, message):
     _record("exit", {"exitcode": code, "message": message, "time": time.time(),
                      "rank": int(os.environ.get("RANK", "-1")), "local_rank": int(os.environ.get("LOCAL_RANK", "0")),
-                     "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
+                     "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
+                     "versions": imported_versions()})
 
 
 if __name__ == "__main__":

@@ -497,6 +497,42 @@ def rank0_line(job_dir):
     return lines[-1][-200:] if lines else None
 
 
+def live_samples(job_dir, size=16384, keep=4):
+    """The job report's samples (``samples/<restart>_<local rank>.jsonl``, _node.sampler) of this node's
+    latest attempt, for the controller's progress line: {demand: CPU + run-queue wait seconds summed over
+    the local ranks' last samples, t: the latest sample's time, lines: the last ``keep`` candidate step
+    lines of the lowest local rank, ranks, attempt}; None before the first sample. Only each file's tail is read."""
+    try:
+        names = os.listdir(os.path.join(job_dir, "samples"))
+    except OSError:
+        return None
+    attempts = {}
+    for name in names:
+        parts = name[:-len(".jsonl")].split("_") if name.endswith(".jsonl") else []
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            attempts.setdefault(int(parts[0]), []).append((int(parts[1]), name))
+    if not attempts:
+        return None
+    demand, latest, lines = 0.0, None, []
+    for local, name in sorted(attempts[max(attempts)]):
+        records = []
+        for line in read_tail(os.path.join(job_dir, "samples", name), size).splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # the tail's first line, cut; a line a killed rank left half written
+        procs = [r for r in records if isinstance(r, dict) and r.get("kind") == "proc"]
+        if procs:
+            demand += float(procs[-1].get("cpu") or 0) + float(procs[-1].get("delay") or 0)
+            latest = max(latest or 0.0, float(procs[-1].get("t") or 0))
+        if not lines:
+            lines = [r.get("text", "") for r in records if isinstance(r, dict) and r.get("kind") == "line"][-keep:]
+    if latest is None and not lines:
+        return None
+    return {"demand": round(demand, 3), "ranks": len(attempts[max(attempts)]), "t": latest, "lines": lines,
+            "attempt": max(attempts)}
+
+
 def progress(job_id, job_dir, job, now, proc="/proc"):
     """The node's progress for the controller to print (and ``done``: the job ended here)."""
     state = _read_json(os.path.join(job_dir, "watch_state.json")) or {}
@@ -506,7 +542,7 @@ def progress(job_id, job_dir, job, now, proc="/proc"):
     out = dict(done=done, running=local.get("running", 0), restarts=local.get("restarts", 0),
                elapsed=round(now - (job.get("start") or now), 1), rank0_line=rank0_line(job_dir),
                stop_line=state.get("stop_line") or None, lost=state.get("lost") or [],
-               user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"))
+               user=job.get("user"), pid=job.get("pid"), cmd=job.get("cmd"), live=live_samples(job_dir))
     out["progress"] = "%s: %s, %s rank(s) running, %s restart(s), %ss%s%s" % (
         job_id, "ended" if done else ("stopping" if state.get("stop") else "running"), out["running"],
         out["restarts"], int(out["elapsed"]),

@@ -122,8 +122,10 @@ def _header(model, extra):
     world = sum(len({k.split("_", 1)[1] for k in n["ranks"]}) for n in model["nodes"].values())
     rows = [("job", model["job_id"]), ("command", " ".join(job.get("cmd") or [])), ("world size", world),
             ("nodes", ", ".join(model["hosts"])), ("exit codes", results),
-            ("lost nodes", ", ".join(model["lost"]) or "none"),
-            ("sampler cost (CPU s per node per minute)", model["sampler_cost"])]
+            ("lost nodes", ", ".join(model["lost"]) or "none")]
+    rows += [(key, model["environment"][key]) for key in ("python", "environment", "versions")
+             if key in model.get("environment", {})]
+    rows.append(("sampler cost (CPU s per node per minute)", model["sampler_cost"]))
     rows += sorted((extra or {}).items())
     if model["fabric"] is not None:
         fabric = model["fabric"]

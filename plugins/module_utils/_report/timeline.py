@@ -97,11 +97,41 @@ def self_cost(nodes):
     return cost
 
 
+def _by_value(values):
+    """{host: value} -> one text: the value, or each value with its nodes where they differ."""
+    seen = {}
+    for host, value in values.items():
+        seen.setdefault(value, []).append(host)
+    if len(seen) == 1:
+        return next(iter(seen))
+    return "; ".join("%s (%s)" % (value, ", ".join(hosts)) for value, hosts in sorted(seen.items()))
+
+
+def environment(nodes):
+    """The header's python, environment (the venv's real path: its release names the wheel) and the
+    versions of the libraries the ranks imported, from the rank wrapper's records; {} without them."""
+    found = {"python": {}, "environment": {}, "versions": {}}
+    for host, node in nodes.items():
+        for record in node["ranks"].values():
+            start, end = record.get("start") or {}, record.get("exit") or {}
+            if start.get("python"):
+                found["python"].setdefault(host, start["python"])
+            if start.get("prefix"):
+                found["environment"].setdefault(host, start["prefix"])
+            if end.get("versions"):
+                found["versions"].setdefault(host, ", ".join(
+                    "%s %s" % item for item in sorted(end["versions"].items())))
+    return {key: _by_value(values) for key, values in found.items() if values}
+
+
 def build(run_dir, hosts=None, pattern=None, ratio=1.2):
     """The report's model of ``run_dir``; ``hosts`` (the play's nodes in order) names nodes with no
     directory as lost."""
     patterns = _steps.compile_patterns(pattern)
-    present = sorted(d for d in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, d)))
+    # A node's directory: one of ``hosts``, or any other that holds a job.json (a Slurm job's nodes);
+    # not the controller's own (.live, the progress lines' figures) or a Slurm job's preflight/.
+    present = sorted(d for d in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, d)) and (
+        d in (hosts or []) or os.path.isfile(os.path.join(run_dir, d, "job.json"))))
     order = list(hosts or []) + [d for d in present if d not in (hosts or [])]
     nodes = {host: node_model(os.path.join(run_dir, host), patterns) for host in order if host in present}
     all_events = events(nodes)
@@ -110,12 +140,13 @@ def build(run_dir, hosts=None, pattern=None, ratio=1.2):
     if how == {"demand", "wall"}:  # compare like with like: wall step time where a node lacks the demand
         measured = {host: (straggler.node_step_time(node["steps"]), "wall") for host, node in nodes.items()}
     times = {host: value for host, (value, _how) in measured.items()}
+    measure = "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand"
     rank0 = [s for node in nodes.values() for key, s in node["steps"].items()
              if (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0]
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,
-            "measure": "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand",
-            "straggler": straggler.verdict(times, ratio), "ratio": ratio,
+            "measure": measure, "straggler": straggler.verdict(times, ratio, measure), "ratio": ratio,
             "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
-            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes)}
+            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes),
+            "environment": environment(nodes)}

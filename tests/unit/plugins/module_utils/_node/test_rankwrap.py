@@ -46,3 +46,16 @@ def test_sys_exit_codes(tmp_path):
     assert proc.returncode == 3 and record["exitcode"] == 3
     proc, record = _run(tmp_path, "import sys\nsys.exit('bad config')\n")
     assert proc.returncode == 1 and record["exitcode"] == 1 and record["message"] == "bad config"
+
+
+def test_python_environment_and_imported_versions_recorded(tmp_path):
+    # a stand-in `torch` beside the script: the wrapper reports what the rank imported, and only that
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "torch.py").write_text("__version__ = '9.9.9+test'\n")
+    proc, record = _run(tmp_path, "import torch\nprint(torch.__version__)\n")
+    assert proc.returncode == 0, proc.stderr
+    assert record["versions"] == {"torch": "9.9.9+test"}
+    start = json.loads((tmp_path / "exits" / "0_1.start").read_text())
+    assert start["python"] == sys.version.split()[0] and start["prefix"] == os.path.realpath(sys.prefix)
+    _proc, record = _run(tmp_path, "print('no import')\n")
+    assert record["versions"] == {}

@@ -4,6 +4,7 @@ and the HTML file (valid, self-contained)."""
 from __future__ import annotations
 
 import html.parser
+import json
 import shutil
 
 import pytest
@@ -20,13 +21,24 @@ def test_throttled_node_is_the_straggler_although_its_wall_step_time_is_the_othe
     model = timeline.build(str(JOBS / "slow"), HOSTS)
     assert model["measure"] == "demand"
     assert model["straggler"]["stragglers"] == [("default-node2", 2.19)]
+    assert "the median CPU + run-queue wait per step" in model["straggler"]["line"]
     assert "straggler: default-node2 2.19x" in model["straggler"]["line"]
 
 
 def test_unthrottled_run_names_no_straggler():
     model = timeline.build(str(JOBS / "ok"), HOSTS)
     assert model["straggler"]["stragglers"] == [] and model["straggler"]["line"].startswith("no straggler:")
+    # its steps lasted 3-4 samples, under straggler.MIN_SAMPLES: compared by wall time, and the line says so
+    assert model["measure"] == "wall" and "the median wall time per step" in model["straggler"]["line"]
     assert [s["step"] for s in model["loss"]][:3] == [1, 2, 3]
+
+
+def test_long_unthrottled_run_is_judged_by_demand_and_names_no_straggler():
+    model = timeline.build(str(JOBS / "ok_long"), HOSTS)
+    assert model["measure"] == "demand" and model["straggler"]["stragglers"] == []
+    assert model["straggler"]["ratios"] == {"default-node1": 1.0, "default-node2": 1.12}
+    assert model["environment"]["versions"] == "deepspeed 0.19.8, numpy 2.4.6, torch 2.13.0+cpu"
+    assert model["environment"]["environment"].startswith("/opt/multinode-training/venv.releases/")
 
 
 def test_first_failure_is_rank_3_with_its_error_line():
@@ -41,6 +53,35 @@ def test_a_node_without_a_directory_is_lost(tmp_path):
     shutil.copytree(str(JOBS / "fail" / "default-node1"), str(tmp_path / "default-node1"))
     model = timeline.build(str(tmp_path), HOSTS)
     assert model["lost"] == ["default-node2"] and list(model["nodes"]) == ["default-node1"]
+
+
+def test_header_environment_from_the_rank_records(tmp_path):
+    shutil.copytree(str(JOBS / "ok"), str(tmp_path / "job"))
+    for host, prefix in (("default-node1", "/venv.releases/aaa"), ("default-node2", "/venv.releases/bbb")):
+        for key in ("0_0", "0_1"):
+            start = tmp_path / "job" / host / "exits" / (key + ".start")
+            data = json.loads(start.read_text())
+            data.update(python="3.11.2", prefix=prefix)
+            start.write_text(json.dumps(data))
+            end = tmp_path / "job" / host / "exits" / (key + ".exit")
+            data = json.loads(end.read_text())
+            data["versions"] = {"torch": "2.13.0", "deepspeed": "0.19.8"}
+            end.write_text(json.dumps(data))
+    model = timeline.build(str(tmp_path / "job"), HOSTS)
+    assert model["environment"] == {
+        "python": "3.11.2", "versions": "deepspeed 0.19.8, torch 2.13.0",
+        "environment": "/venv.releases/aaa (default-node1); /venv.releases/bbb (default-node2)"}
+    text = writer.render(model)
+    assert "<th>versions</th><td>deepspeed 0.19.8, torch 2.13.0</td>" in text
+    # records from before the wrapper wrote them: no row, no error
+    assert timeline.build(str(JOBS / "ok"), HOSTS)["environment"] == {}
+
+
+def test_only_directories_with_a_job_are_nodes(tmp_path):
+    shutil.copytree(str(JOBS / "ok"), str(tmp_path / "job"))
+    (tmp_path / "job" / ".live").mkdir()
+    (tmp_path / "job" / "preflight").mkdir()
+    assert list(timeline.build(str(tmp_path / "job"))["nodes"]) == HOSTS
 
 
 def test_sampler_cost_is_per_node_per_minute():

@@ -16,13 +16,18 @@ def test_step_times_divide_by_the_steps_between_and_restart_on_a_lower_step():
 
 
 def test_demand_per_step_uses_cpu_and_run_queue_wait_inside_the_step_window():
-    steps = _steps((10, 1), (20, 11))
-    samples = [{"t": 8, "cpu": 0, "delay": 0}, {"t": 12, "cpu": 1, "delay": 1},
-               {"t": 18, "cpu": 2, "delay": 6}, {"t": 30, "cpu": 9, "delay": 9}]
-    # between t=12 (step 1 done) and t=18 (still step 1) no step: None; add one at 15
+    steps = _steps((10, 1), (31, 21))
+    # samples every 2 s from t=8; t=8, t=32 and t=34 are outside the steps (t=10..31.5)
+    samples = [{"t": t, "cpu": t / 4.0, "delay": t / 8.0} for t in range(8, 36, 2)]
+    # the samples inside see step 1 done at t=10 and at t=30: no step between, None; add one at 25
     assert straggler.demand_per_step(steps, samples) is None
-    steps.insert(1, _steps((15, 5))[0])
-    assert straggler.demand_per_step(steps, samples) == pytest.approx((8 - 2) / 4)
+    steps.insert(1, _steps((25, 16))[0])
+    # t=10 (step 1 done) to t=30 (step 16 done): 20 s at 0.375 CPU + wait per s over 15 steps
+    assert straggler.demand_per_step(steps, samples) == pytest.approx(20 * 0.375 / 15)
+    # fewer samples inside the steps than MIN_SAMPLES: too few to judge a node by
+    few = [s for s in samples if s["t"] in (8, 10, 20, 30, 34)]
+    assert len([s for s in few if 10 <= s["t"] <= 30]) == straggler.MIN_SAMPLES - 2
+    assert straggler.demand_per_step(steps, few) is None
 
 
 def test_node_time_falls_back_to_wall_step_time_without_delay():

@@ -1,0 +1,138 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The live part of the wait's progress lines: the latest step (and loss) of each node and the slowest
+node so far, while the job runs.
+
+Each node's poll answers with ``live`` (_node.watch.live_samples: the tail of the job report's samples
+of its latest attempt - the ranks' CPU plus run-queue wait, and the last candidate step lines of its
+lowest local rank). The controller's action for that node (plugins/action/torchrun.py) parses the step
+with the report's rules (_report.steps, ``train_step_pattern``) and measures the node's demand per step
+since the first step it saw, the same measure as the report's straggler rule (_report.straggler).
+
+The nodes' actions run in separate processes: each writes its figures to
+``<runs>/<job id>/.live/<host>.json`` and reads the others' there, so every progress line can name the
+slowest node so far: the one whose demand per step is highest, with its ratio to the median (the lower
+middle, as the report's rule).
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+
+from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
+
+LIVE_DIR = ".live"
+
+
+def latest_step(lines, patterns):
+    """(step, loss) of the last line that is a step with a number, else (None, loss of the last that matched)."""
+    loss = None
+    for line in reversed(lines or []):
+        found = _steps.match(line, patterns)
+        if found is None:
+            continue
+        _name, step, found_loss = found
+        if step is not None:
+            return step, found_loss
+        if loss is None:
+            loss = found_loss
+    return None, loss
+
+
+class Tracker(object):
+    """One node's figures over one wait. ``update(live)`` -> {step, loss, per_step}: per_step is the
+    demand (CPU + run-queue wait per rank) per step since the first step seen in this attempt; a new
+    attempt (a restart), a step or a demand that went down starts the count again."""
+
+    def __init__(self, patterns):
+        self.patterns = patterns
+        self.base = None
+
+    def update(self, live):
+        if not isinstance(live, dict):
+            return {}
+        step, loss = latest_step(live.get("lines"), self.patterns)
+        out = {key: value for key, value in (("step", step), ("loss", loss)) if value is not None}
+        if step is None or live.get("demand") is None:
+            return out
+        ranks = max(1, int(live.get("ranks") or 1))
+        demand = float(live["demand"]) / ranks
+        attempt = live.get("attempt")
+        base = self.base
+        if base is None or base[0] != attempt or step < base[1] or demand < base[2]:
+            self.base = (attempt, step, demand)
+        elif step > base[1]:
+            out["per_step"] = round((demand - base[2]) / (step - base[1]), 6)
+        return out
+
+
+def share(directory, host, figures):
+    """Write this node's figures for the other nodes' actions (atomically: a reader never sees half a file)."""
+    try:
+        os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "%s.json" % host)
+        tmp = "%s.%d.tmp" % (path, os.getpid())
+        with open(tmp, "w") as handle:
+            json.dump(figures, handle)
+        os.replace(tmp, path)
+    except OSError:
+        pass  # the live line is a convenience: the wait goes on without it
+
+
+def read_shared(directory):
+    """{host: figures} that the nodes' actions wrote."""
+    out = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return out
+    for name in names:
+        if name.endswith(".json"):
+            try:
+                with open(os.path.join(directory, name)) as handle:
+                    out[name[:-len(".json")]] = json.load(handle)
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def slowest(shared):
+    """(host, ratio to the median demand per step) of the slowest node so far, None with fewer than two
+    nodes measured."""
+    known = {host: f["per_step"] for host, f in shared.items() if isinstance(f, dict) and f.get("per_step")}
+    if len(known) < 2:
+        return None
+    median = statistics.median_low(sorted(known.values()))
+    host = max(sorted(known), key=lambda h: known[h])
+    return host, round(known[host] / median, 2)
+
+
+def suffix(figures, slow):
+    """What the progress line gets: ``step 120, loss 0.53`` and ``slowest so far: <host> 1.93x the median``."""
+    parts = []
+    if "step" in figures:
+        parts.append("step %s" % figures["step"] + (", loss %.4g" % figures["loss"] if "loss" in figures else ""))
+    elif "loss" in figures:
+        parts.append("loss %.4g" % figures["loss"])
+    if slow:
+        parts.append("slowest so far: %s %.2fx the median CPU per step" % slow)
+    return "".join(" | " + part for part in parts)
+
+
+class Live(object):
+    """The action's side for one node: ``line(polled)`` -> the suffix of its progress line."""
+
+    def __init__(self, host, pattern, collect_to):
+        self.host = host
+        self.tracker = Tracker(_steps.compile_patterns(pattern or None))
+        self.directory = os.path.join(os.path.dirname(collect_to.rstrip("/")), LIVE_DIR) if collect_to else None
+
+    def line(self, polled):
+        figures = self.tracker.update(polled.get("live"))
+        slow = None
+        if self.directory:
+            if figures.get("per_step"):
+                share(self.directory, self.host, figures)
+            slow = slowest(read_shared(self.directory))
+        return suffix(figures, slow)
