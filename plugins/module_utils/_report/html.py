@@ -33,6 +33,24 @@ def svg(figure):
     return text[text.index("<svg"):]
 
 
+# Points per plotted series: a long job's step lines (thousands per rank) would make the page megabytes
+# of SVG paths; beyond this, consecutive points are binned (mean time, median value).
+MAX_POINTS = 400
+
+
+def thin(points, limit=MAX_POINTS):
+    """[(x, y)] in x order -> at most ``limit`` points: each of ``limit`` runs of consecutive points as
+    (its mean x, its median y), so a spike wider than one run still shows."""
+    if len(points) <= limit:
+        return list(points)
+    out = []
+    for index in range(limit):
+        chunk = points[index * len(points) // limit:(index + 1) * len(points) // limit]
+        ys = sorted(y for _x, y in chunk)
+        out.append((sum(x for x, _y in chunk) / len(chunk), ys[len(ys) // 2]))
+    return out
+
+
 def _t0(model):
     times = [e["t"] for e in model["events"]]
     return min(times) if times else 0.0
@@ -72,7 +90,7 @@ def step_figure(model):
     figure, axes = plt.subplots(figsize=(9, 3.2))
     t0 = _t0(model)
     for host, node in model["nodes"].items():
-        points = sorted(p for steps in node["steps"].values() for p in step_times(steps))
+        points = thin(sorted(p for steps in node["steps"].values() for p in step_times(steps)))
         if points:
             axes.plot([t - t0 for t, _s in points], [s for _t, s in points], ".-", label=host)
     verdict = model["straggler"]
@@ -94,7 +112,8 @@ def step_figure(model):
 def loss_figure(model):
     plt = _pyplot()
     figure, axes = plt.subplots(figsize=(9, 2.8))
-    axes.plot([s["step"] for s in model["loss"]], [s["loss"] for s in model["loss"]], ".-")
+    points = thin([(s["step"], s["loss"]) for s in model["loss"]])
+    axes.plot([x for x, _y in points], [y for _x, y in points], ".-")
     axes.set_xlabel("step")
     axes.set_ylabel("loss (global rank 0)")
     return figure
@@ -104,10 +123,11 @@ def resource_figure(host, node, t0):
     plt = _pyplot()
     figure, (cpu, rss) = plt.subplots(1, 2, figsize=(9, 2.8))
     for key, series in sorted(node["samples"].items()):
-        pairs = list(zip(series, series[1:]))
-        cpu.plot([b["t"] - t0 for _a, b in pairs],
-                 [100 * (b["cpu"] - a["cpu"]) / max(b["t"] - a["t"], 1e-6) for a, b in pairs], label=key)
-        rss.plot([s["t"] - t0 for s in series], [s["rss"] / 2 ** 20 for s in series], label=key)
+        use = thin([(b["t"] - t0, 100 * (b["cpu"] - a["cpu"]) / max(b["t"] - a["t"], 1e-6))
+                    for a, b in zip(series, series[1:])])
+        mem = thin([(s["t"] - t0, s["rss"] / 2 ** 20) for s in series])
+        cpu.plot([x for x, _y in use], [y for _x, y in use], label=key)
+        rss.plot([x for x, _y in mem], [y for _x, y in mem], label=key)
     cpu.set_ylabel("CPU %")
     rss.set_ylabel("RSS MiB")
     cpu.set_title("%s: CPU per rank (restart_local rank)" % host, fontsize="small")

@@ -130,3 +130,19 @@ def test_external_references_are_found():
 def test_bad_arguments_are_refused(args, message):
     with pytest.raises(job.ReportError, match=message):
         job.report(dict({"run_dir": str(JOBS / "ok")}, **args))
+
+
+def test_thin_bounds_a_long_series_and_keeps_a_wide_spike():
+    points = [(float(i), 1.0) for i in range(4000)]
+    for i in range(2000, 2030):  # a 30-point spike: wider than one run of 10
+        points[i] = (float(i), 9.0)
+    thinned = writer.thin(points, 400)
+    assert len(thinned) == 400 and thinned[0][0] == 4.5
+    assert max(y for _x, y in thinned) == 9.0
+    assert writer.thin(points[:50], 400) == points[:50]
+
+
+def test_a_long_job_report_stays_small(tmp_path):
+    result = job.report({"run_dir": str(JOBS / "ok_long"), "dest": str(tmp_path / "report.html")})
+    # 1000 steps x 4 ranks: 702 KB before the series were thinned
+    assert result["size"] < 350_000
