@@ -4,13 +4,16 @@
 
 Each poll is one module call on the submit host (it waits up to ``wait`` seconds and touches the
 controller heartbeat the submit host's guard watches); between polls the controller prints the
-job's state, nodes and elapsed time. One task for any job length: no include recursion (which
+job's state, nodes and elapsed time, and once the ranks print steps the latest step and the slowest node
+so far (_torchrun.live.ClusterLive). One task for any job length: no include recursion (which
 exhausts Python's stack after a few hundred polls), no retry messages.
 """
 from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
+
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import ClusterLive
 
 display = Display()
 
@@ -27,12 +30,14 @@ class ActionModule(ActionBase):
             result.update(self._execute_module(module_name=module, module_args=args, task_vars=task_vars))
             return result
         host = task_vars.get("inventory_hostname") if task_vars else None
+        # each node's latest step and the slowest node so far, from the samples of the nodes' ranks
+        live = ClusterLive(args.get("step_pattern"))
         try:
             while True:
                 polled = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
                 if polled.get("failed") or polled.get("done"):
                     result.update(polled)
                     return result
-                display.display("[%s] %s" % (host, polled.get("progress")))
+                display.display("[%s] %s%s" % (host, polled.get("progress"), live.line(polled.get("live"))))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)

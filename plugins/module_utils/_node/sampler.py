@@ -8,8 +8,8 @@ the rank's CPU seconds and RSS from ``/proc/<pid>/stat`` and ``status``, its run
 time it was runnable but not running, throttling by a CPU limit included), the sampler thread's own CPU
 seconds (its cost, reported by the job report), and on local rank 0 of a node with ``nvidia-smi`` the
 GPUs' utilization and memory and the compute apps' memory by pid. The rank's ``sys.stdout`` and
-``sys.stderr`` pass through a tee that time-stamps each line that could be a step line (``CANDIDATE``:
-it names a step, a loss or an iteration); which of them are steps is decided on the controller
+``sys.stderr`` pass through a tee that time-stamps the lines that could be step lines (``CANDIDATE``:
+they name a step, a loss or an iteration; at most 4 a second, the last one always); which of them are steps is decided on the controller
 (_report.steps, ``train_step_pattern``), so the training script is not changed and no pattern ships.
 """
 from __future__ import annotations
@@ -23,6 +23,8 @@ import threading
 import time
 
 INTERVAL = 2.0
+# At most one candidate line per stream in this many seconds (Tee).
+MIN_GAP = 0.25
 CANDIDATE = re.compile(r"step|loss|iter", re.IGNORECASE)
 MAX_LINE = 400
 GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits"]
@@ -84,10 +86,16 @@ def gpu_sample(smi):
 
 
 class Tee:
-    """A text stream that passes everything through and hands each complete candidate line to ``record``."""
+    """A text stream that passes everything through and hands complete candidate lines to ``record``: at
+    most one per ``gap`` seconds (a job printing a step every few milliseconds would otherwise write
+    megabytes a minute); the step time between two kept lines is still exact (time over the steps
+    between them). The newest line not kept is handed over by ``flush_skipped`` (the sampler's stop), so
+    the last step is never lost."""
 
-    def __init__(self, stream, record, name):
+    def __init__(self, stream, record, name, gap=None, clock=time.time):
         self._stream, self._record, self._name, self._part = stream, record, name, ""
+        self._gap = MIN_GAP if gap is None else gap
+        self._clock, self._last, self._skipped = clock, None, None
 
     def write(self, text):
         written = self._stream.write(text)
@@ -96,11 +104,24 @@ class Tee:
             self._part = lines.pop()[-MAX_LINE:]
             for line in lines:
                 if CANDIDATE.search(line):
-                    self._record({"t": round(time.time(), 3), "kind": "line", "stream": self._name,
-                                  "text": line[-MAX_LINE:]})
+                    self._line(line)
         elif text:
             self._part = text[-MAX_LINE:]
         return written
+
+    def _line(self, line):
+        now = self._clock()
+        data = {"t": round(now, 3), "kind": "line", "stream": self._name, "text": line[-MAX_LINE:]}
+        if self._last is not None and now - self._last < self._gap:
+            self._skipped = data
+            return
+        self._last, self._skipped = now, None
+        self._record(data)
+
+    def flush_skipped(self):
+        if self._skipped is not None:
+            self._record(self._skipped)
+            self._skipped = None
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
@@ -116,6 +137,7 @@ class Sampler:
         self._done = threading.Event()
         self._thread = None
         self._self_cpu = 0.0
+        self.tees = []
         self._handle = open(path, "a")
 
     def record(self, data):
@@ -147,6 +169,8 @@ class Sampler:
 
     def stop(self):
         self._done.set()
+        for tee in self.tees:
+            tee.flush_skipped()
         self.sample()
         with self._lock:
             self._handle.close()
@@ -163,5 +187,7 @@ def start(job_dir, env, streams):
     except (OSError, ValueError):
         return None
     for stream_name, (owner, attr) in streams.items():
-        setattr(owner, attr, Tee(getattr(owner, attr), sampler.record, stream_name))
+        tee = Tee(getattr(owner, attr), sampler.record, stream_name)
+        sampler.tees.append(tee)
+        setattr(owner, attr, tee)
     return sampler.start()

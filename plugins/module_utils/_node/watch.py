@@ -515,13 +515,17 @@ def live_samples(job_dir, size=16384, keep=4):
         return None
     demand, latest, lines = 0.0, None, []
     for local, name in sorted(attempts[max(attempts)]):
-        records = []
-        for line in read_tail(os.path.join(job_dir, "samples", name), size).splitlines():
-            try:
-                records.append(json.loads(line))
-            except ValueError:
-                continue  # the tail's first line, cut; a line a killed rank left half written
-        procs = [r for r in records if isinstance(r, dict) and r.get("kind") == "proc"]
+        records, procs = [], []
+        for tail in (size, size * 8, size * 64):  # until the tail holds a sample (step lines come between)
+            records = []
+            for line in read_tail(os.path.join(job_dir, "samples", name), tail).splitlines():
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    continue  # the tail's first line, cut; a line a killed rank left half written
+            procs = [r for r in records if isinstance(r, dict) and r.get("kind") == "proc"]
+            if procs:
+                break
         if procs:
             demand += float(procs[-1].get("cpu") or 0) + float(procs[-1].get("delay") or 0)
             latest = max(latest or 0.0, float(procs[-1].get("t") or 0))

@@ -141,12 +141,13 @@ def build(run_dir, hosts=None, pattern=None, ratio=1.2):
         measured = {host: (straggler.node_step_time(node["steps"]), "wall") for host, node in nodes.items()}
     times = {host: value for host, (value, _how) in measured.items()}
     measure = "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand"
+    wall = {host: straggler.node_step_time(node["steps"]) for host, node in nodes.items()}
     rank0 = [s for node in nodes.values() for key, s in node["steps"].items()
              if (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0]
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,
-            "measure": measure, "straggler": straggler.verdict(times, ratio, measure), "ratio": ratio,
+            "measure": measure, "straggler": straggler.verdict(times, ratio, measure, wall), "ratio": ratio,
             "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
             "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes),
             "environment": environment(nodes)}

@@ -1,7 +1,7 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The live part of the wait's progress lines: the latest step (and loss) of each node and the slowest
-node so far, while the job runs.
+node so far, while the job runs (ssh launcher: ``Live``, one per node's action; Slurm: ``ClusterLive``).
 
 Each node's poll answers with ``live`` (_node.watch.live_samples: the tail of the job report's samples
 of its latest attempt - the ranks' CPU plus run-queue wait, and the last candidate step lines of its
@@ -19,8 +19,10 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
+from ansible_collections.multinode.training.plugins.module_utils._report.straggler import SIGNIFICANT
 
 LIVE_DIR = ".live"
 
@@ -48,8 +50,10 @@ class Tracker(object):
     def __init__(self, patterns):
         self.patterns = patterns
         self.base = None
+        self.seen = None
 
-    def update(self, live):
+    def update(self, live, now=None):
+        now = time.time() if now is None else now
         if not isinstance(live, dict):
             return {}
         step, loss = latest_step(live.get("lines"), self.patterns)
@@ -61,9 +65,12 @@ class Tracker(object):
         attempt = live.get("attempt")
         base = self.base
         if base is None or base[0] != attempt or step < base[1] or demand < base[2]:
-            self.base = (attempt, step, demand)
+            self.base, self.seen = (attempt, step, demand, now), (step, now)
         elif step > base[1]:
+            if step > self.seen[0]:
+                self.seen = (step, now)  # when this poll first saw the step (after the job's end: no change)
             out["per_step"] = round((demand - base[2]) / (step - base[1]), 6)
+            out["wall_per_step"] = round((self.seen[1] - base[3]) / (step - base[1]), 6)
         return out
 
 
@@ -98,13 +105,17 @@ def read_shared(directory):
 
 
 def slowest(shared):
-    """(host, ratio to the median demand per step) of the slowest node so far, None with fewer than two
-    nodes measured."""
+    """(host, ratio to the median demand per step) of the slowest node so far; None with fewer than two
+    nodes measured, or when its excess is under the report's floor (_report.straggler.SIGNIFICANT of the
+    wall time per step: ranks that mostly wait)."""
     known = {host: f["per_step"] for host, f in shared.items() if isinstance(f, dict) and f.get("per_step")}
     if len(known) < 2:
         return None
     median = statistics.median_low(sorted(known.values()))
     host = max(sorted(known), key=lambda h: known[h])
+    walls = [f["wall_per_step"] for f in shared.values() if isinstance(f, dict) and f.get("wall_per_step")]
+    if walls and known[host] - median < SIGNIFICANT * statistics.median(walls):
+        return None
     return host, round(known[host] / median, 2)
 
 
@@ -120,6 +131,26 @@ def suffix(figures, slow):
     return "".join(" | " + part for part in parts)
 
 
+class ClusterLive(object):
+    """The Slurm launcher's side (plugins/action/slurm_job.py): one poll answers for every node (the
+    submit host reads the nodes' job directories on shared storage), so one action keeps a Tracker per
+    node. ``line(live_by_node)`` -> the suffix: the first node's latest step and the slowest node so far."""
+
+    def __init__(self, pattern):
+        self.patterns = _steps.compile_patterns(pattern or None)
+        self.trackers = {}
+        self.figures = {}
+
+    def line(self, live_by_node, now=None):
+        for node, sample in sorted((live_by_node or {}).items()):
+            tracker = self.trackers.setdefault(node, Tracker(self.patterns))
+            figures = tracker.update(sample, now)
+            if figures:
+                self.figures[node] = figures
+        first = next((self.figures[n] for n in sorted(self.figures) if "step" in self.figures[n]), {})
+        return suffix(first, slowest(self.figures))
+
+
 class Live(object):
     """The action's side for one node: ``line(polled)`` -> the suffix of its progress line."""
 
@@ -128,8 +159,8 @@ class Live(object):
         self.tracker = Tracker(_steps.compile_patterns(pattern or None))
         self.directory = os.path.join(os.path.dirname(collect_to.rstrip("/")), LIVE_DIR) if collect_to else None
 
-    def line(self, polled):
-        figures = self.tracker.update(polled.get("live"))
+    def line(self, polled, now=None):
+        figures = self.tracker.update(polled.get("live"), now)
         slow = None
         if self.directory:
             if figures.get("per_step"):

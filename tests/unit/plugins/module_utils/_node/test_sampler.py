@@ -40,11 +40,30 @@ def test_tee_passes_everything_and_records_only_complete_candidate_lines():
             return len(text)
 
     sink, seen = Sink(), []
-    tee = sampler.Tee(sink, seen.append, "stdout")
+    tee = sampler.Tee(sink, seen.append, "stdout", gap=0)
     for chunk in ("smoke: rank=0 st", "ep=1 loss=2.0\nhello\n", "{'loss': 1.5, 'epoch': 0.1}", "\n"):
         tee.write(chunk)
     assert sink.text == "smoke: rank=0 step=1 loss=2.0\nhello\n{'loss': 1.5, 'epoch': 0.1}\n"
     assert [r["text"] for r in seen] == ["smoke: rank=0 step=1 loss=2.0", "{'loss': 1.5, 'epoch': 0.1}"]
+
+
+class _Null:
+    def write(self, text):
+        return len(text)
+
+
+def test_tee_keeps_one_line_per_gap_and_hands_over_the_last_one():
+    now, seen = [100.0], []
+    tee = sampler.Tee(_Null(), seen.append, "stdout", gap=0.25, clock=lambda: now[0])
+    for step in range(1, 101):  # 100 steps, 10 ms apart: one line kept per 0.25 s
+        tee.write("smoke: rank=0 step=%d loss=1.0\n" % step)
+        now[0] += 0.01
+    kept = [int(r["text"].split("step=")[1].split()[0]) for r in seen]
+    assert kept == [1, 26, 51, 76]
+    tee.flush_skipped()
+    assert seen[-1]["text"] == "smoke: rank=0 step=100 loss=1.0" and seen[-1]["t"] == 100.99
+    tee.flush_skipped()
+    assert len(seen) == 5
 
 
 def test_a_rank_under_the_wrapper_leaves_samples_and_step_lines(tmp_path):

@@ -41,6 +41,14 @@ def test_long_unthrottled_run_is_judged_by_demand_and_names_no_straggler():
     assert model["environment"]["environment"].startswith("/opt/multinode-training/venv.releases/")
 
 
+def test_ranks_that_mostly_wait_name_no_straggler():
+    # 30 steps of 0.5 s sleep: node1 1.2x node2's demand per step, but 0.6 ms more per 500 ms step
+    model = timeline.build(str(JOBS / "sleepy"), HOSTS)
+    assert model["measure"] == "demand" and model["straggler"]["stragglers"] == []
+    assert model["straggler"]["ratios"]["default-node1"] > 1.2
+    assert "or less than 10% of the wall time per step 0.500 s above it" in model["straggler"]["line"]
+
+
 def test_first_failure_is_rank_3_with_its_error_line():
     model = timeline.build(str(JOBS / "fail"), HOSTS)
     failure = model["first_failure"]

@@ -18,10 +18,11 @@ HF_LOSSES = [3.903, 3.903, 3.913, 3.893, 3.849, 3.818, 3.835, 3.852, 3.843, 3.82
 
 def _records(name):
     """The line records the rank's tee keeps of the log (cut on "\\n" only, candidate lines, the last
-    MAX_LINE characters), time-stamped 0, 1, 2, ... in order. A log that holds "\\r" (tqdm's) is stored
+    MAX_LINE characters), time-stamped 0, 1, 2, ... in order; no gap between kept lines (this replays the log's
+    lines, not their timing). A log that holds "\\r" (tqdm's) is stored
     gzipped: ansible-test's line-endings check refuses a text file with any "\\r"."""
     out = []
-    tee = sampler.Tee(io.StringIO(), lambda record: out.append(dict(record, t=float(len(out)))), "stdout")
+    tee = sampler.Tee(io.StringIO(), lambda record: out.append(dict(record, t=float(len(out)))), "stdout", gap=0)
     path = LOGS / name
     data = gzip.decompress((LOGS / (name + ".gz")).read_bytes()) if not path.exists() else path.read_bytes()
     tee.write(data.decode("utf-8"))  # bytes as recorded: no newline translation, the "\\r"s kept

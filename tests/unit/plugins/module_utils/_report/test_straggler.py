@@ -31,8 +31,10 @@ def test_demand_per_step_uses_cpu_and_run_queue_wait_inside_the_step_window():
 
 
 def test_node_time_falls_back_to_wall_step_time_without_delay():
-    steps = {"0_0": _steps((0, 1), (2, 2), (4, 3))}
+    steps = {"0_0": _steps((0, 1), (2, 2), (4, 3), (6, 4), (8, 5), (10, 6))}
     assert straggler.node_time(steps, {"0_0": [{"t": 1, "cpu": 0}, {"t": 3, "cpu": 1}]}) == (2.0, "wall")
+    # fewer step intervals than MIN_INTERVALS: no figure at all
+    assert straggler.node_time({"0_0": steps["0_0"][:3], "0_1": steps["0_0"][:3]}, {}) == (None, "wall")
 
 
 @pytest.mark.parametrize("times, ratio, named", [
@@ -49,3 +51,12 @@ def test_verdict_names_nodes_over_ratio_times_the_median(times, ratio, named):
 
 def test_verdict_needs_two_nodes_with_step_times():
     assert straggler.verdict({"a": 1.0, "b": None})["line"].startswith("no straggler check")
+
+
+def test_demand_excess_under_a_tenth_of_the_wall_step_is_no_straggler():
+    demand = {"a": 0.010, "b": 0.020}
+    assert straggler.verdict(demand, 1.2, "demand", {"a": 0.05, "b": 0.05})["stragglers"] == [("b", 2.0)]
+    quiet = straggler.verdict(demand, 1.2, "demand", {"a": 0.5, "b": 0.5})
+    assert quiet["stragglers"] == [] and quiet["line"].startswith("no straggler: every node within 1.2x")
+    # the wall measure has no floor
+    assert straggler.verdict(demand, 1.2, "wall", {"a": 0.5, "b": 0.5})["stragglers"] == [("b", 2.0)]

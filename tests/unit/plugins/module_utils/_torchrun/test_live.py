@@ -51,7 +51,7 @@ def _replay(tmp_path, name, every=15.0):
             node = tmp_path / "node" / host
             shutil.rmtree(node, ignore_errors=True)
             _cut(os.path.join(job, host), str(node), at)
-            lines[host] = actions[host].line({"live": live_samples(str(node))})
+            lines[host] = actions[host].line({"live": live_samples(str(node))}, now=at)
         at += every
     return lines, runs / live.LIVE_DIR
 
@@ -72,10 +72,28 @@ def test_polls_too_far_apart_for_two_steps_measure_nothing(tmp_path):
     assert all("slowest" not in line and " | step 200" in line for line in lines.values())
 
 
-def test_unthrottled_job_slowest_within_the_straggler_ratio(tmp_path):
-    _lines, shared = _replay(tmp_path, "ok", every=5.0)
-    _host, ratio = live.slowest(live.read_shared(str(shared)))
-    assert 1.0 <= ratio < 1.2
+@pytest.mark.parametrize("name, every", [("ok", 5.0), ("ok_long", 3.0)])
+def test_unthrottled_jobs_name_no_slowest_node(tmp_path, name, every):
+    lines, shared = _replay(tmp_path, name, every=every)
+    figures = live.read_shared(str(shared))
+    assert len(figures) == 2 and all(f["per_step"] > 0 for f in figures.values())
+    assert live.slowest(figures) is None
+    assert all("slowest" not in line for line in lines.values())
+
+
+def test_ranks_that_mostly_wait_have_no_slowest_node(tmp_path):
+    # 0.5 s sleeps per step: a few ms of CPU per step on either node, under a tenth of the step
+    lines, shared = _replay(tmp_path, "sleepy", every=3.0)
+    figures = live.read_shared(str(shared))
+    assert all(0.4 < f["wall_per_step"] < 0.7 and f["per_step"] < 0.01 for f in figures.values())
+    assert live.slowest(figures) is None
+    assert all(" | step 30" in line and "slowest" not in line for line in lines.values())
+    # the floor: 12 ms more per 500 ms step names nobody, per 50 ms steps it does
+    waiting = {"n1": {"per_step": 0.003, "wall_per_step": 0.5}, "n2": {"per_step": 0.015, "wall_per_step": 0.5}}
+    assert live.slowest(waiting) is None
+    for figures in waiting.values():
+        figures["wall_per_step"] = 0.05
+    assert live.slowest(waiting) == ("n2", 5.0)
 
 
 def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path):
@@ -123,3 +141,25 @@ def test_slowest_needs_two_measured_nodes(tmp_path):
     live.share(directory, "n2", {"step": 3, "per_step": 0.5})
     live.share(directory, "n3", {"step": 3})
     assert live.slowest(live.read_shared(directory)) == ("n2", 2.5)
+
+
+def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path):
+    """The Slurm launcher's view: one poll carries every node's samples (the shared job directory)."""
+    job = os.path.join(JOBS, "slow")
+    hosts = sorted(os.listdir(job))
+    cluster = live.ClusterLive("")
+    first, last = _span(job)
+    at, line = first + 5.0, ""
+    while at < last + 5.0:
+        polled = {}
+        for host in hosts:
+            node = tmp_path / host
+            shutil.rmtree(str(node), ignore_errors=True)
+            _cut(os.path.join(job, host), str(node), at)
+            polled[host] = live_samples(str(node))
+        line = cluster.line(polled, now=at)
+        at += 5.0
+    assert line.startswith(" | step 200, loss ")
+    assert line.endswith(" | slowest so far: default-node2 %.2fx the median CPU per step"
+                         % live.slowest(cluster.figures)[1])
+    assert live.ClusterLive("").line({}) == ""
