@@ -169,6 +169,14 @@ options:
         its state, nodes and elapsed time on the controller after each poll (the action plugin does the loop).
     type: bool
     default: false
+  step_pattern:
+    description:
+      - With O(follow), the progress lines add the first node's latest step and loss and the slowest node so far
+        (CPU plus run-queue wait per step, from the ranks' samples on the shared job directory); the regular
+        expression (named group C(step), optionally C(loss)) of the step lines. Empty - the job report's built-in
+        patterns.
+    type: str
+    default: ""
   wait:
     description: Seconds O(state=status) waits for the job to end before it returns the current state.
     type: int
@@ -181,6 +189,28 @@ options:
     description: Lines of the failing rank's log returned.
     type: int
     default: 30
+  fabric_check:
+    description:
+      - The preflight fabric check (train_fabric_check) as a step of the batch script between the preflight
+        and torchrun - one probe per node (C(fabric_probe.py) in O(bin_dir), with the job's python, interface,
+        env files and rendezvous port), then the verdict on the batch host (C(_fabric_verdict.py), the ssh
+        launcher's code), written to C(<job dir>/fabric.json). V(warn) goes on; V(gate) fails the job before
+        torchrun, or with an elastic O(nnodes) leaves the slow nodes out (srun C(--nodelist)).
+    type: str
+    default: "off"
+    choices: ["off", "warn", "gate"]
+  fabric_ratio:
+    description: A link or node below this fraction of the median is slow (train_fabric_ratio).
+    type: float
+    default: 0.5
+  fabric_min_gbps:
+    description: A link below this many Gbit/s is slow; V(0) - none (train_fabric_min_gbps).
+    type: float
+    default: 0
+  fabric_seconds:
+    description: Seconds per measurement (train_fabric_seconds).
+    type: float
+    default: 0.5
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
@@ -285,6 +315,10 @@ progress:
   description: One line - job id, state (and reason), nodes, elapsed.
   returned: state is status
   type: str
+live:
+  description: Per node, the latest samples of its ranks (as the torchrun module's RV(live)), for the progress lines.
+  returned: state is status, while the job is in the queue
+  type: dict
 done:
   description: Whether the job has left the queue.
   returned: state is status

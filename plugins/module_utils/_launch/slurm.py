@@ -20,6 +20,7 @@ and the endpoint (the first node's address, known once the allocation exists).
 """
 from __future__ import annotations
 
+import math
 import re
 import shlex
 
@@ -39,6 +40,19 @@ UNUSABLE_NODE_STATES = ("down", "drain", "drained", "draining", "fail", "failing
                         "maint", "not_responding", "power_down", "powered_down", "unknown")
 # Slurm option values that sbatch reads from '#SBATCH' lines: no whitespace, no newline.
 _SBATCH_VALUE_RE = re.compile(r"^\S+$")
+# The rank wrapper and the job report's sampler in bin_dir (module slurm_job writes them from _node's
+# rankwrap and sampler, the same files the torchrun module puts in a job directory).
+RANK_WRAPPER = "mt_rank.py"
+SAMPLER = "mt_sample.py"
+# The preflight fabric check's step (train_fabric_check warn or gate): the probe and the verdict's
+# helpers in bin_dir (the train role copies them), and the sentinels of its torchrun argv.
+FABRIC_FILES = ("fabric_probe.py", "_fabric_verdict.py", "_fabric_schedule.py")
+FABRIC_ID_SENTINEL = "mt-slurm-fabric-id"
+FABRIC_NNODES_SENTINEL = "mt-slurm-fabric-nnodes"
+FABRIC_NODES_SENTINEL = "mt-slurm-fabric-nodes"
+FABRIC_SCHEDULE_SENTINEL = "mt-slurm-fabric-schedule"
+FABRIC_SHELL = {FABRIC_ID_SENTINEL: '"slurm-${SLURM_JOB_ID}-fabric"', FABRIC_NNODES_SENTINEL: '"${#nodes[@]}"',
+                FABRIC_NODES_SENTINEL: '"$fabric_nodes"', FABRIC_SCHEDULE_SENTINEL: '"$fabric_schedule"'}
 RDZV_ID_SENTINEL = "mt-slurm-job-id"
 RDZV_HOST_SENTINEL = "mt-slurm-first-node"
 RDZV_ID_SHELL = '"slurm-${SLURM_JOB_ID}"'
@@ -300,11 +314,32 @@ def torchrun_argv(spec):
         "script": spec.get("script"),
         "module": spec.get("module"),
         "args": spec.get("args") or [],
+        # The rank wrapper and the job report's sampler, as under the ssh launcher (slurm_job ships them).
+        "wrapper": "%s/%s" % (spec["bin_dir"], RANK_WRAPPER) if spec.get("bin_dir") else None,
     }
     try:
         return build_argv(spec["python"], opts)
     except TorchrunError as exc:
         raise SlurmError(str(exc))
+
+
+def fabric_argv(spec):
+    """The fabric probe's torchrun argv: one rank per node of the allocation, its own rendezvous id on the
+    job's endpoint, the nodes and the pairing schedule from the batch script (sentinels)."""
+    opts = {
+        "nnodes": "1",
+        "nproc_per_node": "1",
+        "rdzv_backend": spec.get("rdzv_backend") or "c10d",
+        "rdzv_id": FABRIC_ID_SENTINEL,
+        "rdzv_endpoint": "%s:%d" % (RDZV_HOST_SENTINEL, int(spec["rdzv_port"])),
+        "max_restarts": 0,
+        "script": "%s/fabric_probe.py" % spec["bin_dir"],
+        "args": ["--probe-nodes", FABRIC_NODES_SENTINEL, "--schedule", FABRIC_SCHEDULE_SENTINEL,
+                 "--seconds", str(float(spec.get("fabric_seconds") or 0.5))],
+    }
+    argv = build_argv(spec["python"], opts)
+    argv[argv.index("--nnodes") + 1] = FABRIC_NNODES_SENTINEL  # the nodes Slurm allocated (MIN:MAX)
+    return argv
 
 
 def quote_argv(argv, rdzv_port):
@@ -316,9 +351,48 @@ def quote_argv(argv, rdzv_port):
             words.append(RDZV_ID_SHELL)
         elif item == endpoint:
             words.append(RDZV_ENDPOINT_SHELL % int(rdzv_port))
+        elif item in FABRIC_SHELL:
+            words.append(FABRIC_SHELL[item])
         else:
             words.append(shlex.quote(str(item)))
     return words
+
+
+def fabric_timeout(spec):
+    """The probe step's timeout as a shell expression of the allocated node count (roles/train/tasks/fabric.yml's
+    rule: max(120, 30 + 4 x nodes x train_fabric_seconds))."""
+    per_node = int(math.ceil(4 * float(spec.get("fabric_seconds") or 0.5)))
+    return "$(( 30 + %d * ${#nodes[@]} > 120 ? 30 + %d * ${#nodes[@]} : 120 ))" % (per_node, per_node)
+
+
+def fabric_lines(spec, node_py, step_options):
+    """The batch script's fabric check (train_fabric_check warn or gate), between the preflight and the
+    job: the probe as one task per node (a probe that fails leaves its nodes without figures, which the
+    verdict flags), then the verdict on the submit side: ``slurm_node.py fabric-verdict`` prints the
+    matrix, writes ``$job_dir/fabric.json`` and prints the nodes to run on; under gate it fails (the job
+    never starts) or, elastic, leaves the slow nodes out; the rendezvous moves to the first node kept."""
+    q = shlex.quote
+    system = q(spec.get("system_python") or "python3")
+    # the probe's own limit, as under the ssh launcher: at least 120 s, 4 measurements per node pair
+    options = list(step_options)
+    options[options.index("--timeout") + 1] = '"%s"' % fabric_timeout(spec)
+    probe = ["srun", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "--kill-on-bad-exit=1",
+             "--job-name=fabric", q(spec["python"]), q(node_py), "run", '"$job_dir/fabric"'] + options
+    probe += ["--"] + quote_argv(fabric_argv(spec), spec["rdzv_port"])
+    verdict = [system, q(node_py), "fabric-verdict", '"$job_dir"', "--mode", q(spec["fabric_check"]),
+               "--ratio", str(float(spec.get("fabric_ratio") or 0.5)),
+               "--min-gbps", str(float(spec.get("fabric_min_gbps") or 0)),
+               "--nnodes", q(str(spec["nnodes"])), '"${nodes[@]}"']
+    return [
+        "# 2. the fabric check (train_fabric_check=%s): every link and node measured, then judged" % spec["fabric_check"],
+        'fabric_nodes=$(%s %s fabric-nodes "${nodes[@]}")' % (system, q(node_py)),
+        'fabric_schedule=$(%s %s fabric-schedule "${#nodes[@]}")' % (system, q(node_py)),
+        _wrap(probe) + ' \\\n  || echo "multinode.training: the fabric probe step failed (rc $?)"',
+        "kept=$(%s)" % " ".join(verdict),
+        'mapfile -t nodes <<< "$kept"',
+        'rdzv_addr=$(%s %s check "$job_dir" "${nodes[@]}")' % (system, q(node_py)),
+        'echo "multinode.training: the job runs on ${nodes[*]}, rendezvous ${rdzv_addr}:%d"' % int(spec["rdzv_port"]),
+    ]
 
 
 def _wrap(words, indent="  "):
@@ -346,17 +420,23 @@ def render_batch_script(spec):
     if spec.get("script"):
         preflight += ["--script", q(spec["script"])]
     check = [q(spec.get("system_python") or "python3"), q(node_py), "check", '"$job_dir"', '"${nodes[@]}"']
-    run = srun + ["--job-name=torchrun", q(spec["python"]), q(node_py), "run", '"$job_dir"',
-                  "--first", '"${nodes[0]}"', "--interface", q(spec.get("interface") or ""),
-                  "--ip-version", str(int(spec.get("ip_version") or 4)),
-                  "--timeout", str(int(spec.get("timeout") or 0)),
-                  "--stop-grace", str(int(spec.get("stop_grace") or 15))]
+    # slurm_node.py run's options, the same for the fabric probe and the job
+    options = ["--first", '"${nodes[0]}"', "--interface", q(spec.get("interface") or ""),
+               "--ip-version", str(int(spec.get("ip_version") or 4)),
+               "--timeout", str(int(spec.get("timeout") or 0)),
+               "--stop-grace", str(int(spec.get("stop_grace") or 15))]
     if spec.get("rdzv_conf"):
-        run += ["--rdzv-conf", q(spec["rdzv_conf"])]
+        options += ["--rdzv-conf", q(spec["rdzv_conf"])]
     for path in spec.get("env_files") or []:
-        run += ["--env-file", q(path)]
+        options += ["--env-file", q(path)]
     if spec.get("chdir"):
-        run += ["--chdir", q(spec["chdir"])]
+        options += ["--chdir", q(spec["chdir"])]
+    fabric = spec.get("fabric_check") in ("warn", "gate")
+    if fabric:  # the job runs on the nodes the verdict kept
+        run = ["srun", '--nodes="${#nodes[@]}"', '--nodelist="$(IFS=,; echo "${nodes[*]}")"'] + srun[2:]
+    else:
+        run = list(srun)
+    run += ["--job-name=torchrun", q(spec["python"]), q(node_py), "run", '"$job_dir"'] + options
     if spec.get("tee"):
         run += ["--tee"]
     run += ["--"] + quote_argv(argv, spec["rdzv_port"])
@@ -375,7 +455,11 @@ def render_batch_script(spec):
         _wrap(preflight),
         "rdzv_addr=$(%s)" % " ".join(check),
         "echo \"multinode.training: rendezvous ${rdzv_addr}:%d (${nodes[0]})\"" % int(spec["rdzv_port"]),
-        "# 2. one torchrun per node; a node that fails ends the step on all (--kill-on-bad-exit)",
+    ]
+    if fabric:
+        body += fabric_lines(spec, node_py, options)
+    body += [
+        "# %d. one torchrun per node; a node that fails ends the step on all (--kill-on-bad-exit)" % (3 if fabric else 2),
         _wrap(run),
     ]
     return "\n".join(header + [""] + body) + "\n"

@@ -8,6 +8,7 @@ a finished job's node directories are read by the torchrun module's code (_torch
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -16,7 +17,10 @@ import sys
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._launch.slurm import (
+    FABRIC_FILES,
     FINAL_STATES,
+    RANK_WRAPPER,
+    SAMPLER,
     SINFO_FORMAT,
     SlurmError,
     check_request,
@@ -30,6 +34,8 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
     resolve_nproc,
     srun_failures,
 )
+from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     TorchrunError,
     format_rdzv_conf,
@@ -81,9 +87,14 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=0),
     stop_grace=dict(type="int", default=15),
     follow=dict(type="bool", default=False),
+    step_pattern=dict(type="str", default=""),
     wait=dict(type="int", default=10),
     controller_timeout=dict(type="int", default=120),
     tail_lines=dict(type="int", default=30),
+    fabric_check=dict(type="str", default="off", choices=["off", "warn", "gate"]),
+    fabric_ratio=dict(type="float", default=0.5),
+    fabric_min_gbps=dict(type="float", default=0),
+    fabric_seconds=dict(type="float", default=0.5),
 )
 MUTUALLY_EXCLUSIVE = [("script", "module")]
 REQUIRED_IF = [("state", "status", ["job_id"]), ("state", "cancelled", ["job_id"]),
@@ -175,10 +186,14 @@ def submit(module):
     result = dict(changed=True, script=script, partition=partition, nproc_per_node=nproc)
     if module.check_mode:
         module.exit_json(**result)
-    for path in ("slurm_node.py", "env_probe.py", "_torchrun.py"):
+    helpers = ("slurm_node.py", "env_probe.py", "_torchrun.py")
+    for path in helpers + (FABRIC_FILES if p["fabric_check"] != "off" else ()):
         if not os.path.isfile(os.path.join(p["bin_dir"], path)):
             module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
     write_file(os.path.join(p["bin_dir"], "supervisor.py"), supervisor_source())
+    # every rank runs under the rank wrapper, which loads the sampler beside it (the job report)
+    write_file(os.path.join(p["bin_dir"], RANK_WRAPPER), inspect.getsource(rankwrap))
+    write_file(os.path.join(p["bin_dir"], SAMPLER), inspect.getsource(sampler))
     pending = os.path.join(p["job_base"], ".submit")
     if not os.path.isdir(pending):
         os.makedirs(pending)
@@ -215,14 +230,17 @@ def first_rank_start(job_dir, nodes):
     return min(times) if times else None
 
 
-def root_cause_line(root, preflight, batch_text, state, info):
-    """One line for a failed job: the first rank's error, else the preflight's, else srun's, else Slurm's state."""
+def root_cause_line(root, preflight, batch_text, state, info, fabric=None):
+    """One line for a failed job: the first rank's error, else the preflight's, else the fabric gate's
+    refusal, else srun's, else Slurm's state."""
     if root:
         return "rank %s (local_rank %s) on %s exited %s: %s" % (
             root.get("rank"), root.get("local_rank"), root["node"], root.get("exitcode"),
             root.get("message") or "no error message")
     if preflight.get("errors"):
         return "preflight: " + "; ".join(preflight["errors"])
+    if (fabric or {}).get("action") == "fail":
+        return "train_fabric_check=gate: the job was not started; slow: " + " || ".join(fabric.get("summary") or [])
     srun = srun_failures(batch_text)
     return "; ".join("%s: task %s %s" % (f["node"], f["task"], f["what"]) for f in srun) or \
         "Slurm job state %s%s" % (state, " (%s)" % info["reason"] if info and info.get("reason") else "")
@@ -271,7 +289,8 @@ def results(module, job_id, job_dir, info, ended_at):
     root = pick_root_cause(failures)
     line = None
     if failed:
-        line = root_cause_line(root, preflight, batch_text, state, info)
+        line = root_cause_line(root, preflight, batch_text, state, info,
+                               read_json(os.path.join(job_dir, "fabric.json")))
         out.update(root_cause=root, root_cause_line=line)
     rank0 = ""
     for node, entry in per_node.items():
@@ -313,9 +332,11 @@ def status(module):
             progress = "job %s: %s%s, %s node(s) %s, elapsed %s" % (
                 job_id, state, " (%s)" % info["reason"] if info.get("reason") else "",
                 info.get("num_nodes"), info.get("nodes") or "-", info.get("elapsed"))
+            nodes = expand_hostlist(info.get("nodes") or "")
             module.exit_json(changed=False, job_id=job_id, job_dir=job_dir, state=state, done=False,
-                             nodes=expand_hostlist(info.get("nodes") or ""), elapsed=info.get("elapsed"),
-                             progress=progress)
+                             nodes=nodes, elapsed=info.get("elapsed"), progress=progress,
+                             live={node: live_samples(os.path.join(job_dir, node)) for node in nodes
+                                   if os.path.isdir(os.path.join(job_dir, node))})
         time.sleep(1)
     ended_at = time.time()
     out = results(module, job_id, job_dir, info, ended_at)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import time
 
@@ -33,7 +34,8 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # Not --node: torchrun's own parser reads the script's arguments too and refuses an
     # abbreviation of its options (--node could be --node-rank).
-    parser.add_argument("--probe-node", required=True, help="this node's inventory name")
+    parser.add_argument("--probe-node", default=os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0],
+                        help="this node's inventory name (default: the Slurm node name, else the short hostname)")
     parser.add_argument("--probe-nodes", required=True, help="JSON list of the nodes, in the play's order")
     parser.add_argument("--schedule", required=True, help="JSON rounds of [low, high] node indexes")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")

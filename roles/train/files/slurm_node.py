@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The per-node side of a Slurm job launched by multinode.training (train_launcher=slurm).
 
-The batch script that module slurm_job renders calls it three times (see
+The batch script that module slurm_job renders calls it (see
 plugins/module_utils/_launch/slurm.py):
 
   srun ... python3 slurm_node.py preflight JOB_DIR --python P --interface I [--script S]
@@ -11,6 +11,10 @@ plugins/module_utils/_launch/slurm.py):
   python3 slurm_node.py check JOB_DIR NODE...
       on the batch host: every node recorded the same environment as the first one, the
       first one has an address; prints that address, or fails naming the node
+  python3 slurm_node.py fabric-nodes NODE... / fabric-schedule N / fabric-verdict JOB_DIR ... NODE...
+      on the batch host, with train_fabric_check warn or gate: the probe's arguments, then the
+      verdict on its figures (the ssh launcher's code, _fabric_verdict.py and _fabric_schedule.py
+      beside this file); prints the nodes the job runs on, or fails when the gate refuses it
   python3 slurm_node.py guard JOB_ID --heartbeat F --stale N --log L
       on the submit host, started by module slurm_job: scancel the job when the controller
       stops polling
@@ -186,6 +190,64 @@ def check(opts):
     return 0
 
 
+# ------------------------------------------------------------------ fabric check (batch host)
+
+def fabric_nodes(opts):
+    """The allocated nodes as the probe's JSON list (--probe-nodes)."""
+    sys.stdout.write(json.dumps(opts.nodes) + "\n")
+    return 0
+
+
+def fabric_schedule(opts):
+    """The pairing schedule for N nodes (--schedule), from the same code as the ssh launcher's filter."""
+    sys.path.insert(0, HERE)
+    from _fabric_schedule import rounds  # pylint: disable=import-error
+
+    sys.stdout.write(json.dumps(rounds(opts.count)) + "\n")
+    return 0
+
+
+def fabric_verdict(opts):
+    """Judge the probe's figures (the first node's ``fabric/<node>/fabric.json``) with the ssh launcher's
+    verdict; write ``fabric.json`` (the verdict, the result, nodes without one), print the matrix on
+    stderr and the nodes to run on, one per line, on stdout. Exit 3 when the gate refuses the job."""
+    sys.path.insert(0, HERE)
+    from _fabric_verdict import FabricError, verdict  # pylint: disable=import-error
+
+    result, missing = None, []
+    for node in opts.nodes:
+        path = os.path.join(opts.job_dir, "fabric", node, "fabric.json")
+        try:
+            with open(path) as handle:
+                result = result or json.load(handle)
+        except (OSError, ValueError):
+            missing.append("%s: no fabric result (the probe failed or hung there; see %s)" % (
+                node, os.path.join(opts.job_dir, "fabric", node, "torchrun.log")))
+    result = result or {"nodes": [], "links": [], "compute": {}}
+    try:
+        out = verdict(result, opts.nodes, opts.mode, opts.ratio, opts.min_gbps or None, opts.nnodes)
+    except FabricError as exc:
+        sys.stderr.write("multinode.training fabric: %s\n" % exc)
+        return 2
+    out.update(result=result, errors=missing, mode=opts.mode)
+    write_json(os.path.join(opts.job_dir, "fabric.json"), out)
+    for line in ["fabric check: %s on %s, %s s; all_reduce bus bandwidth %s Gbit/s" % (
+            result.get("backend", "no result"), result.get("device", "-"), result.get("seconds", "-"),
+            out.get("allreduce_busbw_gbps"))] + out["matrix"] + out["summary"] + missing:
+        sys.stderr.write("multinode.training fabric: %s\n" % line)
+    if out["action"] == "fail":
+        sys.stderr.write("multinode.training fabric: train_fabric_check=gate: the job is not started; slow: %s\n"
+                         % " || ".join(out["summary"]))
+        return 3
+    if out["action"] == "drop":
+        sys.stderr.write("multinode.training fabric: train_fabric_check=gate: the job starts on %s "
+                         "(train_nnodes=%s); dropped: %s\n" % (", ".join(out["keep"]), opts.nnodes,
+                                                               ", ".join(out["drop"])))
+    kept = out["keep"] if out["action"] == "drop" else opts.nodes
+    sys.stdout.write("".join(node + "\n" for node in kept))
+    return 0
+
+
 # ------------------------------------------------------------------ run
 
 def run(opts):
@@ -292,6 +354,17 @@ def parse_args(argv=None):
     rn.add_argument("--env-file", action="append", default=[])
     rn.add_argument("--chdir")
     rn.add_argument("--tee", action="store_true")
+    fnd = sub.add_parser("fabric-nodes")
+    fnd.add_argument("nodes", nargs="+")
+    fsc = sub.add_parser("fabric-schedule")
+    fsc.add_argument("count", type=int)
+    fvd = sub.add_parser("fabric-verdict")
+    fvd.add_argument("job_dir")
+    fvd.add_argument("--mode", required=True, choices=("warn", "gate"))
+    fvd.add_argument("--ratio", type=float, default=0.5)
+    fvd.add_argument("--min-gbps", type=float, default=0.0)
+    fvd.add_argument("--nnodes", default="")
+    fvd.add_argument("nodes", nargs="+")
     grd = sub.add_parser("guard")
     grd.add_argument("job_id")
     grd.add_argument("--heartbeat", required=True)
@@ -305,7 +378,8 @@ def main(argv=None):
     command = argv[argv.index("--") + 1:] if "--" in argv else []
     opts = parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     opts.argv = command
-    return {"preflight": preflight, "check": check, "run": run, "guard": guard}[opts.command](opts)
+    return {"preflight": preflight, "check": check, "run": run, "guard": guard, "fabric-nodes": fabric_nodes,
+            "fabric-schedule": fabric_schedule, "fabric-verdict": fabric_verdict}[opts.command](opts)
 
 
 if __name__ == "__main__":

@@ -201,21 +201,144 @@ def test_render_has_one_job_with_preflight_and_one_torchrun_per_node():
     subprocess.run(["bash", "-n"], input=script, universal_newlines=True, check=True)
 
 
-def run_rendered(tmp_path, script):
+def run_rendered(tmp_path, script, python3='python3() { echo 10.0.0.11; }', check=True):
     """Run the rendered script with stand-ins for the Slurm commands and the helper's check; the stand-in
     srun writes the argv it receives, NUL-separated, as srun would hand it to the task (execve)."""
     calls = tmp_path / "calls"
     calls.mkdir()
     stubs = (
         'scontrol() { printf "%s\\n" launch_slurm-node1 launch_slurm-node2; }\n'
-        'python3() { echo 10.0.0.11; }\n'
+        + python3 + '\n'
         'srun() { n=$(ls "$CALLS" | wc -l); printf "%s\\0" "$@" > "$CALLS/$n"; }\n'
     )
     body = script.replace("set -euo pipefail\n", "set -euo pipefail\n" + stubs, 1)
     env = dict(os.environ, SLURM_JOB_ID="42", SLURM_JOB_NODELIST="launch_slurm-node[1-2]",
                SLURM_JOB_NUM_NODES="2", CALLS=str(calls), HOME="/home/someone")
-    subprocess.run(["bash", "-c", body], env=env, check=True, cwd=str(tmp_path))
+    subprocess.run(["bash", "-c", body], env=env, check=check, cwd=str(tmp_path))
     return [(calls / str(i)).read_bytes().split(b"\0")[:-1] for i in range(len(os.listdir(calls)))]
+
+
+# The helper's batch-host commands, stood in for: the first node's address, the probe's arguments, and a
+# verdict that keeps launch_slurm-node2 only (exit 0) or refuses the job (VERDICT_RC=3).
+FABRIC_PYTHON3 = """python3() {
+  case "$2" in
+    check) [ "$4" = launch_slurm-node2 ] && echo 10.0.0.12 || echo 10.0.0.11 ;;
+    fabric-nodes) shift 2; printf '["%s","%s"]\\n' "$@" ;;
+    fabric-schedule) echo '[[[0, 1]]]' ;;
+    fabric-verdict) printf '%s\\n' "$*" > "$CALLS/../verdict_args"; [ "${VERDICT_RC:-0}" = 0 ] || return "$VERDICT_RC"
+                    echo launch_slurm-node2 ;;
+  esac
+}"""
+
+
+def test_fabric_gate_probes_every_node_then_runs_the_job_on_the_nodes_kept(tmp_path):
+    s = spec(job_base=str(tmp_path / "jobs"), nnodes="1:2", nodes=(1, 2), fabric_check="gate", fabric_ratio=0.4,
+             fabric_min_gbps=5, fabric_seconds=0.5)
+    script = sl.render_batch_script(s)
+    subprocess.run(["bash", "-n"], input=script, universal_newlines=True, check=True)
+    calls = [[a.decode() for a in call] for call in run_rendered(tmp_path, script, FABRIC_PYTHON3)]
+    assert len(calls) == 3
+    probe, run = calls[1], calls[2]
+    # the probe: every allocated node, one rank each, its own rendezvous id on the first node's address
+    assert probe[:5] == ["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--job-name=fabric",
+                         s["python"]]
+    assert probe[6:8] == ["run", str(tmp_path / "jobs" / "42" / "fabric")]
+    assert probe[probe.index("--timeout") + 1] == "120"
+    torchrun = probe[probe.index("--") + 1:]
+    assert torchrun[torchrun.index("--nnodes") + 1] == "2"
+    assert torchrun[torchrun.index("--nproc_per_node") + 1] == "1"
+    assert torchrun[torchrun.index("--rdzv_id") + 1] == "slurm-42-fabric"
+    assert torchrun[torchrun.index("--rdzv_endpoint") + 1] == "10.0.0.11:29400"
+    assert torchrun[-7:] == ["/shared/bin/fabric_probe.py", "--probe-nodes",
+                             '["launch_slurm-node1","launch_slurm-node2"]', "--schedule", "[[[0, 1]]]",
+                             "--seconds", "0.5"]
+    verdict_args = (tmp_path / "verdict_args").read_text().split()
+    assert verdict_args[3:] == ["--mode", "gate", "--ratio", "0.4", "--min-gbps", "5.0", "--nnodes", "1:2",
+                                "launch_slurm-node1", "launch_slurm-node2"]
+    # the job: on the node the verdict kept, which now hosts the rendezvous
+    assert run[:2] == ["--nodes=1", "--nodelist=launch_slurm-node2"]
+    assert run[run.index("--first") + 1] == "launch_slurm-node2"
+    assert run[run.index("--timeout") + 1] == "300"
+    job = run[run.index("--") + 1:]
+    assert job[job.index("--rdzv_endpoint") + 1] == "10.0.0.12:29400"
+    assert job[job.index("--rdzv_id") + 1] == "slurm-42"
+
+
+def test_fabric_gate_refusal_ends_the_batch_script_before_torchrun(tmp_path):
+    script = sl.render_batch_script(spec(job_base=str(tmp_path / "jobs"), fabric_check="gate"))
+    os.environ["VERDICT_RC"] = "3"
+    try:
+        calls = run_rendered(tmp_path, script, FABRIC_PYTHON3, check=False)
+    finally:
+        del os.environ["VERDICT_RC"]
+    assert [c[3] for c in calls] == [b"--job-name=preflight", b"--job-name=fabric"]
+
+
+def test_no_fabric_step_when_off(tmp_path):
+    script = sl.render_batch_script(spec(job_base="/shared/jobs"))
+    assert "fabric" not in script and "--nodelist" not in script
+
+
+def _helper_dir(tmp_path):
+    """slurm_node.py with the verdict and the schedule beside it, as the train role copies them."""
+    import shutil
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shutil.copy(str(ROOT / "roles" / "train" / "files" / "slurm_node.py"), str(bin_dir))
+    shutil.copy(str(ROOT / "plugins" / "module_utils" / "_fabric" / "verdict.py"), str(bin_dir / "_fabric_verdict.py"))
+    shutil.copy(str(ROOT / "plugins" / "module_utils" / "_fabric" / "schedule.py"),
+                str(bin_dir / "_fabric_schedule.py"))
+    return bin_dir
+
+
+def _verdict(tmp_path, result, mode, nnodes, nodes=("node1", "node2", "node3")):
+    import json
+    import sys
+    bin_dir = _helper_dir(tmp_path)
+    job = tmp_path / "job"
+    for node in nodes:
+        (job / "fabric" / node).mkdir(parents=True)
+    if result is not None:
+        (job / "fabric" / "node2" / "fabric.json").write_text((FIXTURES / "fabric" / result).read_text())
+    proc = subprocess.run([sys.executable, str(bin_dir / "slurm_node.py"), "fabric-verdict", str(job), "--mode", mode,
+                           "--nnodes", nnodes] + list(nodes), capture_output=True, text=True, check=False)
+    written = job / "fabric.json"
+    return proc, json.loads(written.read_text()) if written.exists() else None
+
+
+def test_node_helper_fabric_verdict_gate_refuses_naming_the_node(tmp_path):
+    # delay1.json: node1's links at 0.3 Gbit/s against 9.1
+    proc, written = _verdict(tmp_path, "delay1.json", "gate", "3")
+    assert proc.returncode == 3 and proc.stdout == ""
+    assert "train_fabric_check=gate: the job is not started; slow: node1:" in proc.stderr
+    assert written["action"] == "fail" and list(written["flagged"]) == ["node1"] and written["mode"] == "gate"
+
+
+def test_node_helper_fabric_verdict_elastic_drops_the_slow_node(tmp_path):
+    proc, written = _verdict(tmp_path, "delay1.json", "gate", "2:3")
+    assert proc.returncode == 0 and proc.stdout.split() == ["node2", "node3"]
+    assert "dropped: node1" in proc.stderr and written["drop"] == ["node1"]
+
+
+def test_node_helper_fabric_verdict_warn_keeps_every_node_and_no_result_is_flagged(tmp_path):
+    proc, written = _verdict(tmp_path, "delay1.json", "warn", "3")
+    assert proc.returncode == 0 and proc.stdout.split() == ["node1", "node2", "node3"]
+    (tmp_path / "none").mkdir()
+    proc, written = _verdict(tmp_path / "none", None, "gate", "3")
+    assert proc.returncode == 3 and "no fabric result (the probe failed or hung there" in proc.stderr
+    assert set(written["flagged"]) == {"node1", "node2", "node3"}
+
+
+def test_node_helper_fabric_schedule_and_nodes(tmp_path):
+    import json
+    import sys
+    bin_dir = _helper_dir(tmp_path)
+    out = subprocess.run([sys.executable, str(bin_dir / "slurm_node.py"), "fabric-schedule", "4"],
+                         capture_output=True, text=True, check=True).stdout
+    assert len(json.loads(out)) == 3
+    out = subprocess.run([sys.executable, str(bin_dir / "slurm_node.py"), "fabric-nodes", "a", "b c"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out) == ["a", "b c"]
 
 
 def test_train_args_reach_srun_verbatim_through_bash(tmp_path):
@@ -232,6 +355,8 @@ def test_train_args_reach_srun_verbatim_through_bash(tmp_path):
     expected[expected.index("%s:29400" % sl.RDZV_HOST_SENTINEL)] = "10.0.0.11:29400"
     assert torchrun == expected
     assert torchrun[-len(NASTY_ARGS):] == NASTY_ARGS
+    # every rank under the rank wrapper (the job report's records and samples), then the script
+    assert torchrun[-len(NASTY_ARGS) - 2:-len(NASTY_ARGS)] == ["/shared/bin/mt_rank.py", s["script"]]
     assert run[run.index("--first") + 1] == "launch_slurm-node1"
     assert run[run.index("--env-file") + 1] == "/etc/multinode-training/nccl.env"
     assert (tmp_path / "jobs" / "42").is_dir()
