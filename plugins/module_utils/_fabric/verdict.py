@@ -164,7 +164,8 @@ def matrix(result, flagged):
 
 
 def verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=""):
-    """The probe's result -> flagged nodes with reasons, the gate's decision, the matrix and a summary."""
+    """The probe's result -> flagged nodes with reasons, the gate's decision, the headline, the matrix and a
+    summary."""
     nodes = _check(result)
     if not 0 < float(ratio) < 1:
         raise FabricError("train_fabric_ratio=%r: valid: between 0 and 1" % (ratio,))
@@ -187,5 +188,12 @@ def verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=""):
         "action": decision["action"], "keep": decision["keep"], "drop": decision["drop"],
         "median": {"gbps": ref_gbps, "latency_ms": ref_lat, "gflops": ref_compute},
         "allreduce_busbw_gbps": result.get("allreduce_busbw_gbps"),
-        "matrix": matrix(result, flagged), "summary": summary,
+        "headline": headline(result), "matrix": matrix(result, flagged), "summary": summary,
     }
+
+
+def headline(result):
+    """The line above the matrix: backend, device, the probe's seconds, the all_reduce figure."""
+    return "%s on %s, %s s; all_reduce bus bandwidth %s Gbit/s" % (
+        result.get("backend", "no result"), result.get("device", "-"), result.get("seconds", "-"),
+        result.get("allreduce_busbw_gbps"))

@@ -231,9 +231,7 @@ def fabric_verdict(opts):
         return 2
     out.update(result=result, errors=missing, mode=opts.mode)
     write_json(os.path.join(opts.job_dir, "fabric.json"), out)
-    for line in ["fabric check: %s on %s, %s s; all_reduce bus bandwidth %s Gbit/s" % (
-            result.get("backend", "no result"), result.get("device", "-"), result.get("seconds", "-"),
-            out.get("allreduce_busbw_gbps"))] + out["matrix"] + out["summary"] + missing:
+    for line in ["fabric check: " + out["headline"]] + out["matrix"] + out["summary"] + missing:
         sys.stderr.write("multinode.training fabric: %s\n" % line)
     if out["action"] == "fail":
         sys.stderr.write("multinode.training fabric: train_fabric_check=gate: the job is not started; slow: %s\n"

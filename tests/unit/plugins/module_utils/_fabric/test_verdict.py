@@ -120,3 +120,10 @@ def test_latency_jitter_below_the_slack_is_not_slow():
     # 20 ms (netem) is slow, whatever the ratio
     result["links"][0]["latency_ms"] = 20.0
     assert "node1" in verdict(result, N3, "warn", 0.5)["flagged"]
+
+
+def test_headline_above_the_matrix():
+    out = verdict(load("delay1"), N3, "warn", 0.5)
+    assert out["headline"] == "gloo on cpu, 3.2 s; all_reduce bus bandwidth 2.0 Gbit/s"
+    assert verdict({"nodes": []}, N3, "warn", 0.5)["headline"] == (
+        "no result on -, - s; all_reduce bus bandwidth None Gbit/s")
