@@ -42,13 +42,13 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import unpack_job_archive
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import (
     light_poll_argv,
     next_window,
     started_line,
     wait_args,
 )
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import enabled as light_enabled
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, prepare, run_module
 from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm

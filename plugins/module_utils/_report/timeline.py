@@ -137,11 +137,11 @@ def build(run_dir, hosts=None, pattern=None, ratio=1.2):
     all_events = events(nodes)
     measured = {host: straggler.node_time(node["steps"], node["samples"]) for host, node in nodes.items()}
     how = {m[1] for m in measured.values() if m[0]}
+    wall = {host: straggler.node_step_time(node["steps"]) for host, node in nodes.items()}
     if how == {"demand", "wall"}:  # compare like with like: wall step time where a node lacks the demand
-        measured = {host: (straggler.node_step_time(node["steps"]), "wall") for host, node in nodes.items()}
+        measured = {host: (wall[host], "wall") for host in nodes}
     times = {host: value for host, (value, _how) in measured.items()}
     measure = "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand"
-    wall = {host: straggler.node_step_time(node["steps"]) for host, node in nodes.items()}
     rank0 = [s for node in nodes.values() for key, s in node["steps"].items()
              if (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0]
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
