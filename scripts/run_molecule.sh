@@ -68,6 +68,19 @@ for s in "$@"; do
   rc=$(awk -v s="$s" '$1 == s {print $2}' "$logs/.results")
   if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("$s"); fi
 done
+# A CI page may show only the last lines: for each failed scenario, the task that
+# failed (the last `fatal:` / `failed:` of its log, from its TASK line on) comes last.
+why() {  # scenario log -> its failing task and message, colours stripped, at most 40 lines
+  sed 's/\x1b\[[0-9;]*m//g; s/^ *│ //' "$1" | awk '
+    /^TASK \[/ { task = $0 }
+    /^(fatal|failed): \[/ { last = task "\n" $0 "\n"; tail = 36; next }
+    tail > 0 { last = last $0 "\n"; tail-- }
+    END { printf "%s", last }'
+}
+for s in "${failed_names[@]}"; do
+  echo "=== $s: the task that failed"
+  why "$logs/$s.log"
+done
 [ ${#failed_names[@]} -eq 0 ] || echo "failed scenarios: ${failed_names[*]}"
 echo "molecule: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -32,8 +32,13 @@ if [ ${#failed[@]} -gt 0 ]; then
   for step in "${failed[@]}"; do
     [ -f "$steps/$step.log" ] || continue
     echo "=== $step failed; its last lines again:"
-    grep -E '^(FAILED|ERROR) |^E  ' "$steps/$step.log" | tail -n 40 || true
-    tail -n 25 "$steps/$step.log"
+    if grep -q '^=== .*: the task that failed$' "$steps/$step.log"; then
+      # molecule: each failed scenario's failing task and its message (run_molecule.sh)
+      sed -n '/^=== .*: the task that failed$/,$p' "$steps/$step.log"
+    else
+      grep -E '^(FAILED|ERROR) |^E  ' "$steps/$step.log" | tail -n 40 || true
+      tail -n 25 "$steps/$step.log"
+    fi
   done
   echo "make test: FAILED: ${failed[*]}"
   exit 1

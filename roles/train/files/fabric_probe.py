@@ -14,7 +14,10 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
 2. one all-node all_reduce of the same buffer: the bus bandwidth
    (2 (n-1) / n x bytes / time);
 3. a matmul on each GPU of the node (bf16 4096x4096), or on the CPU (fp32 512x512),
-   for ``--seconds``: GFLOP/s (a node's figure is its slowest GPU).
+   for ``--seconds``, on every node at once after a barrier, ``--passes`` times; each
+   device keeps its best pass (as the links: a node that shares a busy host got less
+   of it in one pass, a slow node is slow in every pass): GFLOP/s, a node's figure is
+   its slowest GPU.
 
 Every rank gathers every node's figures and writes them, the same on every node,
 to ``fabric.json`` in its job directory ($MULTINODE_TRAINING_JOB_DIR), which the
@@ -40,7 +43,7 @@ def parse_args(argv=None):
     parser.add_argument("--schedule", required=True, help="JSON rounds of [low, high] node indexes")
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
     parser.add_argument("--bytes", type=int, default=8 << 20, help="buffer size for bandwidth")
-    parser.add_argument("--passes", type=int, default=2, help="times each link is measured (its best is kept)")
+    parser.add_argument("--passes", type=int, default=2, help="times each link and each device is measured (its best is kept)")
     return parser.parse_args(argv)
 
 
@@ -147,6 +150,14 @@ def measure_compute(torch, seconds):
     return {"gflops": round(min(figures), 3), "devices": [round(f, 3) for f in figures]}
 
 
+def keep_faster(best, compute):
+    """Each device's best GFLOP/s over the passes; the node's figure is its slowest device's best."""
+    if best is None:
+        return compute
+    devices = [max(a, b) for a, b in zip(best["devices"], compute["devices"])]
+    return {"gflops": min(devices), "devices": devices}
+
+
 def run(args):
     import torch
     import torch.distributed as dist
@@ -175,7 +186,10 @@ def run(args):
             dist.barrier()
     links = [dict(a=a, b=b, **figures) for (a, b), figures in best.items()]
     busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None
-    compute = measure_compute(torch, args.seconds)
+    compute = None
+    for _pass in range(args.passes):
+        dist.barrier()
+        compute = keep_faster(compute, measure_compute(torch, args.seconds))
     everything = [None] * world
     dist.all_gather_object(everything, {"node": args.probe_node, "links": links, "compute": compute})
     result = {
