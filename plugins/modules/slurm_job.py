@@ -177,6 +177,12 @@ options:
         patterns.
     type: str
     default: ""
+  straggler_ratio:
+    description:
+      - With O(follow), the progress lines name the slowest node so far only when its CPU plus run-queue wait per
+        step is over this many times the nodes' median (the job report's straggler rule).
+    type: float
+    default: 1.2
   wait:
     description: Seconds O(state=status) waits for the job to end before it returns the current state.
     type: int

@@ -203,6 +203,13 @@ options:
         report's built-in patterns (the bundled smoke job, DeepSpeed, the Hugging Face Trainer). The node ignores it.
     type: str
     default: ""
+  straggler_ratio:
+    description:
+      - With O(follow), the progress lines name the slowest node so far only when its CPU plus run-queue wait per
+        step is over this many times the nodes' median (the job report's straggler rule, C(train_straggler_ratio)).
+        The node ignores it.
+    type: float
+    default: 1.2
   follow_limit:
     description:
       - Set by the action for each long poll of O(follow) (leave it unset) - with O(state=finished) and a started

@@ -88,6 +88,7 @@ ARGUMENT_SPEC = dict(
     stop_grace=dict(type="int", default=15),
     follow=dict(type="bool", default=False),
     step_pattern=dict(type="str", default=""),
+    straggler_ratio=dict(type="float", default=1.2),
     wait=dict(type="int", default=10),
     controller_timeout=dict(type="int", default=120),
     tail_lines=dict(type="int", default=30),

@@ -499,9 +499,15 @@ def rank0_line(job_dir):
 
 def live_samples(job_dir, size=16384, keep=4):
     """The job report's samples (``samples/<restart>_<local rank>.jsonl``, _node.sampler) of this node's
-    latest attempt, for the controller's progress line: {demand: CPU + run-queue wait seconds summed over
-    the local ranks' last samples, t: the latest sample's time, lines: the last ``keep`` candidate step
-    lines of the lowest local rank, ranks, attempt}; None before the first sample. Only each file's tail is read."""
+    latest attempt, for the controller's progress line: {t, demand, step_lines, lines, ranks, attempt}; None
+    before the first sample. Only each file's tail is read.
+
+    The local ranks' samplers take their samples at their own moments, 2 s apart, and step lines come in
+    between: ``t`` is the oldest of the ranks' latest samples, ``demand`` the CPU + run-queue wait seconds
+    summed over the local ranks at ``t`` (each rank's samples interpolated to it), ``step_lines`` the lowest
+    local rank's last ``keep`` candidate step lines printed by ``t`` - the figure and the steps of one
+    moment, so that the controller's demand per step does not take 2 s of one node's CPU as a step's
+    (_torchrun.live.Tracker); ``lines``: its last ``keep`` candidate lines, for the latest step."""
     try:
         names = os.listdir(os.path.join(job_dir, "samples"))
     except OSError:
@@ -513,7 +519,7 @@ def live_samples(job_dir, size=16384, keep=4):
             attempts.setdefault(int(parts[0]), []).append((int(parts[1]), name))
     if not attempts:
         return None
-    demand, latest, lines = 0.0, None, []
+    series, texts = [], None
     for local, name in sorted(attempts[max(attempts)]):
         records, procs = [], []
         for tail in (size, size * 8, size * 64):  # until the tail holds a sample (step lines come between)
@@ -523,18 +529,36 @@ def live_samples(job_dir, size=16384, keep=4):
                     records.append(json.loads(line))
                 except ValueError:
                     continue  # the tail's first line, cut; a line a killed rank left half written
-            procs = [r for r in records if isinstance(r, dict) and r.get("kind") == "proc"]
+            records = [r for r in records if isinstance(r, dict)]
+            procs = [(float(r.get("t") or 0), float(r.get("cpu") or 0) + float(r.get("delay") or 0))
+                     for r in records if r.get("kind") == "proc"]
             if procs:
                 break
         if procs:
-            demand += float(procs[-1].get("cpu") or 0) + float(procs[-1].get("delay") or 0)
-            latest = max(latest or 0.0, float(procs[-1].get("t") or 0))
-        if not lines:
-            lines = [r.get("text", "") for r in records if isinstance(r, dict) and r.get("kind") == "line"][-keep:]
-    if latest is None and not lines:
+            series.append(procs)
+        if texts is None and records:
+            texts = [(float(r.get("t") or 0), r.get("text", "")) for r in records if r.get("kind") == "line"]
+    texts = texts or []
+    if not series and not texts:
         return None
-    return {"demand": round(demand, 3), "ranks": len(attempts[max(attempts)]), "t": latest, "lines": lines,
+    at = min(procs[-1][0] for procs in series) if series else None
+    return {"t": at, "demand": round(sum(_value_at(procs, at) for procs in series), 3) if series else None,
+            "step_lines": [text for t, text in texts if at is not None and t <= at][-keep:],
+            "lines": [text for _t, text in texts][-keep:], "ranks": len(attempts[max(attempts)]),
             "attempt": max(attempts)}
+
+
+def _value_at(points, at):
+    """[(t, value)] in time order -> the value at ``at``, linear between the samples around it (the first or
+    the last sample's value outside them)."""
+    before = [p for p in points if p[0] <= at]
+    after = [p for p in points if p[0] > at]
+    if not before:
+        return after[0][1]
+    if not after or before[-1][0] == at:
+        return before[-1][1]
+    (t0, v0), (t1, v1) = before[-1], after[0]
+    return v0 + (v1 - v0) * (at - t0) / (t1 - t0)
 
 
 def progress(job_id, job_dir, job, now, proc="/proc"):

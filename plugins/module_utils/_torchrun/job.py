@@ -62,6 +62,7 @@ ARGUMENT_SPEC = dict(
     follow=dict(type="bool", default=False),
     poll=dict(type="int", default=10),
     step_pattern=dict(type="str", default=""),
+    straggler_ratio=dict(type="float", default=1.2),
     # Set by the action for each long poll of a followed wait, and where the job directory's archive
     # goes when it is too big to travel in the result.
     follow_limit=dict(type="float", default=0),

@@ -7,22 +7,22 @@ Each node's poll answers with ``live`` (_node.watch.live_samples: the tail of th
 of its latest attempt - the ranks' CPU plus run-queue wait, and the last candidate step lines of its
 lowest local rank). The controller's action for that node (plugins/action/torchrun.py) parses the step
 with the report's rules (_report.steps, ``train_step_pattern``) and measures the node's demand per step
-since the first step it saw, the same measure as the report's straggler rule (_report.straggler).
+since the first step it saw, the same measure as the report's straggler rule (_report.straggler), with
+the figure and the step count of the same moment (the node's samples), once it spans LIVE_MIN_SECONDS.
 
 The nodes' actions run in separate processes: each writes its figures to
 ``<runs>/<job id>/.live/<host>.json`` and reads the others' there, so every progress line can name the
 slowest node so far: the one whose demand per step is highest, with its ratio to the median (the lower
-middle, as the report's rule).
+middle), when the report's rule would name it a straggler (over ``straggler_ratio``, by the floor).
 """
 from __future__ import annotations
 
 import json
 import os
 import statistics
-import time
 
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
-from ansible_collections.multinode.training.plugins.module_utils._report.straggler import SIGNIFICANT
+from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, SIGNIFICANT
 
 LIVE_DIR = ".live"
 
@@ -42,35 +42,46 @@ def latest_step(lines, patterns):
     return None, loss
 
 
+# The evidence a node's live figure needs: MIN_INTERVALS steps (the report's rule, _report.straggler) and
+# LIVE_MIN_SECONDS of samples since the first step this wait saw. On a shared host the nodes' demand per
+# step swings 2x from one 2 s sample to the next (recorded, tests/fixtures/report/jobs/ok_long: 15 ms
+# against 7 ms, then the other way); the first 8 s of that unthrottled job said 1.41x, its first 12 s
+# 1.26x, the whole 33 s 1.12x. Warm-up (compiling, caches, data workers) is uneven on real nodes too. A
+# hint that names a node the report then clears costs the user's trust; 30 s is nothing to a real job.
+LIVE_MIN_SECONDS = 30.0
+# train_straggler_ratio's default (the modules' straggler_ratio)
+RATIO = 1.2
+
+
 class Tracker(object):
-    """One node's figures over one wait. ``update(live)`` -> {step, loss, per_step}: per_step is the
-    demand (CPU + run-queue wait per rank) per step since the first step seen in this attempt; a new
-    attempt (a restart), a step or a demand that went down starts the count again."""
+    """One node's figures over one wait. ``update(live)`` -> {step, loss, per_step, wall_per_step}:
+    per_step is the demand (CPU + run-queue wait per rank) per step since the first step seen in this
+    attempt, wall_per_step the time per step, both measured at the moments of the node's samples (``t``,
+    ``step_lines``: _node.watch.live_samples) and given once they span MIN_INTERVALS steps and
+    LIVE_MIN_SECONDS; a new attempt (a restart), a step or a demand that went down starts the count again."""
 
     def __init__(self, patterns):
         self.patterns = patterns
         self.base = None
-        self.seen = None
 
-    def update(self, live, now=None):
-        now = time.time() if now is None else now
+    def update(self, live):
         if not isinstance(live, dict):
             return {}
         step, loss = latest_step(live.get("lines"), self.patterns)
         out = {key: value for key, value in (("step", step), ("loss", loss)) if value is not None}
-        if step is None or live.get("demand") is None:
+        at = live.get("t")
+        counted = latest_step(live.get("step_lines"), self.patterns)[0]
+        if counted is None or live.get("demand") is None or at is None:
             return out
         ranks = max(1, int(live.get("ranks") or 1))
         demand = float(live["demand"]) / ranks
         attempt = live.get("attempt")
         base = self.base
-        if base is None or base[0] != attempt or step < base[1] or demand < base[2]:
-            self.base, self.seen = (attempt, step, demand, now), (step, now)
-        elif step > base[1]:
-            if step > self.seen[0]:
-                self.seen = (step, now)  # when this poll first saw the step (after the job's end: no change)
-            out["per_step"] = round((demand - base[2]) / (step - base[1]), 6)
-            out["wall_per_step"] = round((self.seen[1] - base[3]) / (step - base[1]), 6)
+        if base is None or base[0] != attempt or counted < base[1] or demand < base[2]:
+            self.base = (attempt, counted, demand, float(at))
+        elif counted - base[1] >= MIN_INTERVALS and float(at) - base[3] >= LIVE_MIN_SECONDS:
+            out["per_step"] = round((demand - base[2]) / (counted - base[1]), 6)
+            out["wall_per_step"] = round((float(at) - base[3]) / (counted - base[1]), 6)
         return out
 
 
@@ -104,16 +115,20 @@ def read_shared(directory):
     return out
 
 
-def slowest(shared):
-    """(host, ratio to the median demand per step) of the slowest node so far; None with fewer than two
-    nodes measured, or when its excess is under the report's floor (_report.straggler.SIGNIFICANT of the
-    wall time per step: ranks that mostly wait)."""
+def slowest(shared, ratio=RATIO):
+    """(host, ratio to the median demand per step) of the slowest node so far, when the report's rule
+    would name it: over ``ratio`` x the median (the lower middle) and by at least the report's floor
+    (_report.straggler.SIGNIFICANT of the wall time per step: ranks that mostly wait); else None, and
+    with fewer than two nodes measured. One node of an even job is always the slowest by a little (1.12x
+    recorded): naming it would send a user after nothing."""
     known = {host: f["per_step"] for host, f in shared.items() if isinstance(f, dict) and f.get("per_step")}
     if len(known) < 2:
         return None
     median = statistics.median_low(sorted(known.values()))
     host = max(sorted(known), key=lambda h: known[h])
     walls = [f["wall_per_step"] for f in shared.values() if isinstance(f, dict) and f.get("wall_per_step")]
+    if known[host] <= ratio * median:
+        return None
     if walls and known[host] - median < SIGNIFICANT * statistics.median(walls):
         return None
     return host, round(known[host] / median, 2)
@@ -136,34 +151,36 @@ class ClusterLive(object):
     submit host reads the nodes' job directories on shared storage), so one action keeps a Tracker per
     node. ``line(live_by_node)`` -> the suffix: the first node's latest step and the slowest node so far."""
 
-    def __init__(self, pattern):
+    def __init__(self, pattern, ratio=RATIO):
         self.patterns = _steps.compile_patterns(pattern or None)
+        self.ratio = ratio
         self.trackers = {}
         self.figures = {}
 
-    def line(self, live_by_node, now=None):
+    def line(self, live_by_node):
         for node, sample in sorted((live_by_node or {}).items()):
             tracker = self.trackers.setdefault(node, Tracker(self.patterns))
-            figures = tracker.update(sample, now)
+            figures = tracker.update(sample)
             if figures:
                 self.figures[node] = figures
         first = next((self.figures[n] for n in sorted(self.figures) if "step" in self.figures[n]), {})
-        return suffix(first, slowest(self.figures))
+        return suffix(first, slowest(self.figures, self.ratio))
 
 
 class Live(object):
     """The action's side for one node: ``line(polled)`` -> the suffix of its progress line."""
 
-    def __init__(self, host, pattern, collect_to):
+    def __init__(self, host, pattern, collect_to, ratio=RATIO):
         self.host = host
+        self.ratio = ratio
         self.tracker = Tracker(_steps.compile_patterns(pattern or None))
         self.directory = os.path.join(os.path.dirname(collect_to.rstrip("/")), LIVE_DIR) if collect_to else None
 
-    def line(self, polled, now=None):
-        figures = self.tracker.update(polled.get("live"), now)
+    def line(self, polled):
+        figures = self.tracker.update(polled.get("live"))
         slow = None
         if self.directory:
             if figures.get("per_step"):
                 share(self.directory, self.host, figures)
-            slow = slowest(read_shared(self.directory))
+            slow = slowest(read_shared(self.directory), self.ratio)
         return suffix(figures, slow)

@@ -29,4 +29,3 @@ def test_a_slow_device_stays_slow_over_passes():
     for figures in ([600.0, 120.0], [590.0, 125.0]):
         best = fabric_probe.keep_faster(best, {"gflops": min(figures), "devices": figures})
     assert best["gflops"] == 125.0
-

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples
+from ansible_collections.multinode.training.plugins.module_utils._report import timeline
 from ansible_collections.multinode.training.plugins.module_utils._report.steps import compile_patterns
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import live
 
@@ -37,8 +39,9 @@ def _span(job):
     return min(times), max(times)
 
 
-def _replay(tmp_path, name, every=15.0):
-    """Every node's Live over polls ``every`` s apart -> (last suffix per host, shared dir)."""
+def _replay(tmp_path, name, every=15.0, named=None):
+    """Every node's Live over polls ``every`` s apart -> (last suffix per host, shared dir); ``named`` (a
+    list) gets the node each progress line named the slowest."""
     job = os.path.join(JOBS, name)
     runs = tmp_path / "runs" / ("job-" + name)
     hosts = sorted(os.listdir(job))
@@ -51,49 +54,69 @@ def _replay(tmp_path, name, every=15.0):
             node = tmp_path / "node" / host
             shutil.rmtree(node, ignore_errors=True)
             _cut(os.path.join(job, host), str(node), at)
-            lines[host] = actions[host].line({"live": live_samples(str(node))}, now=at)
+            lines[host] = actions[host].line({"live": live_samples(str(node))})
+            if named is not None and "slowest so far: " in lines[host]:
+                named.append(lines[host].split("slowest so far: ")[1].split()[0])
         at += every
     return lines, runs / live.LIVE_DIR
 
 
 def test_throttled_job_names_node2_the_slowest_so_far(tmp_path):
-    lines, shared = _replay(tmp_path, "slow")
-    host, ratio = live.slowest(live.read_shared(str(shared)))
+    # about 100 s of steps with default-node2 at 0.2 CPUs, polled every 3 s (the molecule job's interval)
+    lines, shared = _replay(tmp_path, "slow_long", every=3.0)
+    figures = live.read_shared(str(shared))
+    host, ratio = live.slowest(figures)
     assert host == "default-node2" and ratio > 1.5
-    assert all(" | step 200, loss " in line for line in lines.values())
+    # the same figures as the job report's (CPU + run-queue wait per step over the whole job)
+    report = timeline.build(os.path.join(JOBS, "slow_long"))
+    assert report["measure"] == "demand"
+    for node, value in report["step_time"].items():
+        assert figures[node]["per_step"] == pytest.approx(value, rel=0.15)
+    assert ratio == pytest.approx(report["straggler"]["ratios"]["default-node2"], rel=0.15)
+    assert all(re.search(r" [|] step [0-9]+, loss ", line) for line in lines.values())
     # the node that polled last in the round saw both nodes' figures
     assert lines["default-node2"].endswith(" | slowest so far: default-node2 %.2fx the median CPU per step" % ratio)
 
 
-def test_polls_too_far_apart_for_two_steps_measure_nothing(tmp_path):
-    # the unthrottled job printed all its steps between two polls 15 s apart: no figure, no name
-    lines, shared = _replay(tmp_path, "ok", every=15.0)
-    assert live.slowest(live.read_shared(str(shared))) is None
-    assert all("slowest" not in line and " | step 200" in line for line in lines.values())
+@pytest.mark.parametrize("name", ["slow", "slow_long"])
+def test_throttled_job_polled_every_second_never_names_node1(tmp_path, name):
+    # one poll a second (the light polls): a line that names a node names node2; the short job (12 s of
+    # steps) is over before LIVE_MIN_SECONDS and names nobody
+    named = []
+    _replay(tmp_path, name, every=1.0, named=named)
+    assert set(named) == ({"default-node2"} if name == "slow_long" else set())
 
 
-@pytest.mark.parametrize("name, every", [("ok", 5.0), ("ok_long", 3.0)])
-def test_unthrottled_jobs_name_no_slowest_node(tmp_path, name, every):
+@pytest.mark.parametrize("name, every", [("ok", 15.0), ("ok", 1.0), ("ok_long", 1.0), ("sleepy", 1.0)])
+def test_too_little_evidence_measures_nothing(tmp_path, name, every):
+    # under LIVE_MIN_SECONDS of steps (ok: 200 steps in 5 s, polls 15 s apart see them all at once; ok_long:
+    # 23 s, whose first 8 s said 1.41x; sleepy: 15 s): no figure, no name
     lines, shared = _replay(tmp_path, name, every=every)
+    assert live.read_shared(str(shared)) == {}
+    assert all("slowest" not in line and " | step " in line for line in lines.values())
+
+
+@pytest.mark.parametrize("every", [1.0, 3.0])
+def test_unthrottled_long_job_names_no_slowest_node(tmp_path, every):
+    named = []
+    _lines, shared = _replay(tmp_path, "even_long", every=every, named=named)
     figures = live.read_shared(str(shared))
     assert len(figures) == 2 and all(f["per_step"] > 0 for f in figures.values())
     assert live.slowest(figures) is None
-    assert all("slowest" not in line for line in lines.values())
+    assert named == []
 
 
-def test_ranks_that_mostly_wait_have_no_slowest_node(tmp_path):
-    # 0.5 s sleeps per step: a few ms of CPU per step on either node, under a tenth of the step
-    lines, shared = _replay(tmp_path, "sleepy", every=3.0)
-    figures = live.read_shared(str(shared))
-    assert all(0.4 < f["wall_per_step"] < 0.7 and f["per_step"] < 0.01 for f in figures.values())
-    assert live.slowest(figures) is None
-    assert all(" | step 30" in line and "slowest" not in line for line in lines.values())
-    # the floor: 12 ms more per 500 ms step names nobody, per 50 ms steps it does
+def test_a_node_named_only_over_the_ratio_and_the_floor():
+    # ranks that mostly wait: 12 ms more per 500 ms step names nobody, per 50 ms steps it does
     waiting = {"n1": {"per_step": 0.003, "wall_per_step": 0.5}, "n2": {"per_step": 0.015, "wall_per_step": 0.5}}
     assert live.slowest(waiting) is None
     for figures in waiting.values():
         figures["wall_per_step"] = 0.05
     assert live.slowest(waiting) == ("n2", 5.0)
+    # 1.15x is within the default ratio; over a ratio of 1.1 it is named
+    even = {"n1": {"per_step": 0.020, "wall_per_step": 0.025}, "n2": {"per_step": 0.023, "wall_per_step": 0.025}}
+    assert live.slowest(even) is None
+    assert live.slowest(even, ratio=1.1) == ("n2", 1.15)
 
 
 def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path):
@@ -101,28 +124,39 @@ def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path)
     samples.mkdir()
     (samples / "0_0.jsonl").write_text('{"kind": "proc", "cpu": 50, "delay": 50, "t": 1}\n')
     (samples / "1_0.jsonl").write_text(
+        '{"kind": "proc", "cpu": 1.0, "delay": 0.5, "t": 8}\n'
+        '{"kind": "line", "text": "smoke: rank=0 step=5 loss=0.6", "t": 9}\n'
         '{"kind": "proc", "cpu": 1.5, "delay": 0.5, "t": 10}\n'
         '{"kind": "line", "text": "smoke: rank=0 step=7 loss=0.5", "t": 11}\n{"kind": "pro')
-    (samples / "1_1.jsonl").write_text('{"kind": "proc", "cpu": 2.0, "t": 12}\n')
+    (samples / "1_1.jsonl").write_text('{"kind": "proc", "cpu": 1.0, "t": 9}\n{"kind": "proc", "cpu": 2.0, "t": 11}\n')
     (samples / "notes.txt").write_text("not a sample")
     got = live_samples(str(tmp_path))
-    assert got == {"demand": 4.0, "ranks": 2, "t": 12.0, "attempt": 1,
-                   "lines": ["smoke: rank=0 step=7 loss=0.5"]}
+    # one moment for both ranks, the older latest sample (10): rank 1 between its samples at 9 and 11
+    assert got == {"demand": 3.5, "ranks": 2, "t": 10.0, "attempt": 1,
+                   "step_lines": ["smoke: rank=0 step=5 loss=0.6"],
+                   "lines": ["smoke: rank=0 step=5 loss=0.6", "smoke: rank=0 step=7 loss=0.5"]}
     assert live_samples(str(tmp_path / "nowhere")) is None
 
 
-def test_tracker_starts_again_after_a_restart_or_a_step_that_went_down():
+def test_tracker_needs_evidence_and_starts_again_after_a_restart_or_a_step_that_went_down():
     tracker = live.Tracker(compile_patterns())
 
-    def poll(step, demand, attempt=0):
-        return tracker.update({"lines": ["smoke: rank=0 step=%d loss=1.0" % step], "demand": demand,
+    def poll(step, demand, at, attempt=0):
+        line = ["smoke: rank=0 step=%d loss=1.0" % step]
+        return tracker.update({"lines": line, "step_lines": line, "demand": demand, "t": at,
                                "ranks": 2, "attempt": attempt})
 
-    assert poll(10, 20.0) == {"step": 10, "loss": 1.0}
-    assert poll(20, 40.0)["per_step"] == pytest.approx(1.0)
-    assert "per_step" not in poll(5, 2.0, attempt=1)  # the restart's first poll: a new base
-    assert poll(15, 12.0, attempt=1)["per_step"] == pytest.approx(0.5)
+    assert poll(10, 20.0, 100.0) == {"step": 10, "loss": 1.0}
+    assert "per_step" not in poll(14, 28.0, 140.0)  # 4 steps: fewer than MIN_INTERVALS
+    assert "per_step" not in poll(30, 60.0, 129.0)  # 29 s: less than LIVE_MIN_SECONDS
+    assert poll(40, 80.0, 130.0) == {"step": 40, "loss": 1.0, "per_step": 1.0, "wall_per_step": 1.0}
+    assert "per_step" not in poll(5, 2.0, 140.0, attempt=1)  # the restart's first poll: a new base
+    assert poll(15, 12.0, 180.0, attempt=1)["per_step"] == pytest.approx(0.5)
+    assert "per_step" not in poll(3, 1.0, 190.0, attempt=1)  # a step that went down: a new base
     assert tracker.update(None) == {}
+    # the latest step for the line, the steps of the samples' moment for the figure
+    assert tracker.update({"lines": ["smoke: rank=0 step=99 loss=0.2"], "step_lines": [], "demand": 9.0,
+                           "t": 200.0, "ranks": 2, "attempt": 1}) == {"step": 99, "loss": 0.2}
 
 
 def test_latest_step_and_a_pattern_without_a_step():
@@ -145,7 +179,7 @@ def test_slowest_needs_two_measured_nodes(tmp_path):
 
 def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path):
     """The Slurm launcher's view: one poll carries every node's samples (the shared job directory)."""
-    job = os.path.join(JOBS, "slow")
+    job = os.path.join(JOBS, "slow_long")
     hosts = sorted(os.listdir(job))
     cluster = live.ClusterLive("")
     first, last = _span(job)
@@ -157,9 +191,9 @@ def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path):
             shutil.rmtree(str(node), ignore_errors=True)
             _cut(os.path.join(job, host), str(node), at)
             polled[host] = live_samples(str(node))
-        line = cluster.line(polled, now=at)
+        line = cluster.line(polled)
         at += 5.0
-    assert line.startswith(" | step 200, loss ")
+    assert re.match(r" [|] step [0-9]+, loss ", line)
     assert line.endswith(" | slowest so far: default-node2 %.2fx the median CPU per step"
                          % live.slowest(cluster.figures)[1])
     assert live.ClusterLive("").line({}) == ""
