@@ -519,7 +519,7 @@ def live_samples(job_dir, size=16384, keep=4):
             attempts.setdefault(int(parts[0]), []).append((int(parts[1]), name))
     if not attempts:
         return None
-    series, texts = [], None
+    series, texts = [], []
     for local, name in sorted(attempts[max(attempts)]):
         records, procs = [], []
         for tail in (size, size * 8, size * 64):  # until the tail holds a sample (step lines come between)
@@ -536,9 +536,8 @@ def live_samples(job_dir, size=16384, keep=4):
                 break
         if procs:
             series.append(procs)
-        if texts is None and records:
+        if not texts:  # the lowest local rank that printed candidate lines
             texts = [(float(r.get("t") or 0), r.get("text", "")) for r in records if r.get("kind") == "line"]
-    texts = texts or []
     if not series and not texts:
         return None
     at = min(procs[-1][0] for procs in series) if series else None

@@ -138,6 +138,17 @@ def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path)
     assert live_samples(str(tmp_path / "nowhere")) is None
 
 
+def test_live_samples_takes_the_lines_of_the_lowest_local_rank_that_printed_some(tmp_path):
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "0_0.jsonl").write_text('{"kind": "proc", "cpu": 1.0, "delay": 0.0, "t": 10}\n')
+    (samples / "0_1.jsonl").write_text('{"kind": "line", "text": "smoke: rank=3 step=4 loss=0.5", "t": 9}\n'
+                                       '{"kind": "proc", "cpu": 1.0, "delay": 0.0, "t": 10}\n')
+    got = live_samples(str(tmp_path))
+    assert got["step_lines"] == got["lines"] == ["smoke: rank=3 step=4 loss=0.5"]
+    assert got["demand"] == 2.0 and got["t"] == 10.0
+
+
 def test_tracker_needs_evidence_and_starts_again_after_a_restart_or_a_step_that_went_down():
     tracker = live.Tracker(compile_patterns())
 
