@@ -98,7 +98,8 @@ def step_figure(model):
         for host, value in model["step_time"].items():
             if value:
                 axes.axhline(value, linestyle=":", color=axes.plot([], [])[0].get_color(),
-                             label="%s: CPU + run-queue wait per step" % host)
+                             label="%s: CPU + run-queue wait per step%s" % (
+                                 host, " (steps of global rank 0)" if host in model.get("steps_of_rank0", []) else ""))
     if verdict["median"]:
         axes.axhline(verdict["median"], color="black", linestyle="--", label="median of nodes")
     axes.set_xlabel("seconds (points: wall time between step lines)")

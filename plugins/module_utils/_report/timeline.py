@@ -60,6 +60,22 @@ def node_model(node_dir, patterns):
             "ranks": ranks, "samples": samples, "steps": rank_steps}
 
 
+def counted_steps(nodes):
+    """The steps each rank is counted with: its own step lines, else (DeepSpeed and the Hugging Face Trainer
+    print theirs on global rank 0 only) global rank 0's of the same attempt - the ranks of a synchronous job
+    step together, and the nodes' clocks agree to NTP's milliseconds against 2 s samples.
+    -> ({host: {rank key: steps}}, [hosts none of whose ranks printed a step line])."""
+    leader = {}
+    for node in nodes.values():
+        for key, steps in node["steps"].items():
+            if steps and (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0:
+                leader[key.split("_")[0]] = steps
+    counted = {host: {key: node["steps"].get(key) or leader.get(key.split("_")[0], [])
+                      for key in set(node["steps"]) | set(node["samples"])}
+               for host, node in nodes.items()}
+    return counted, [host for host, node in nodes.items() if leader and not any(node["steps"].values())]
+
+
 def events(nodes):
     """Every start and exit, in time order: {t, host, key, rank, restart, kind, exitcode, message}."""
     out = []
@@ -135,9 +151,10 @@ def build(run_dir, hosts=None, pattern=None, ratio=1.2):
     order = list(hosts or []) + [d for d in present if d not in (hosts or [])]
     nodes = {host: node_model(os.path.join(run_dir, host), patterns) for host in order if host in present}
     all_events = events(nodes)
-    measured = {host: straggler.node_time(node["steps"], node["samples"]) for host, node in nodes.items()}
+    counted, borrowed = counted_steps(nodes)
+    measured = {host: straggler.node_time(counted[host], node["samples"]) for host, node in nodes.items()}
     how = {m[1] for m in measured.values() if m[0]}
-    wall = {host: straggler.node_step_time(node["steps"]) for host, node in nodes.items()}
+    wall = {host: straggler.node_step_time(counted[host]) for host in nodes}
     if how == {"demand", "wall"}:  # compare like with like: wall step time where a node lacks the demand
         measured = {host: (wall[host], "wall") for host in nodes}
     times = {host: value for host, (value, _how) in measured.items()}
@@ -148,6 +165,7 @@ def build(run_dir, hosts=None, pattern=None, ratio=1.2):
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,
             "measure": measure, "straggler": straggler.verdict(times, ratio, measure, wall), "ratio": ratio,
+            "steps_of_rank0": borrowed,
             "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
             "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes),
             "environment": environment(nodes)}

@@ -41,6 +41,33 @@ def test_long_unthrottled_run_is_judged_by_demand_and_names_no_straggler():
     assert model["environment"]["environment"].startswith("/opt/multinode-training/venv.releases/")
 
 
+def _only_rank0_prints(tmp_path, name, keep=("default-node1", "0_0.jsonl")):
+    """A copy of a recorded job whose ranks' step lines are gone except ``keep``'s (global rank 0): what a
+    DeepSpeed or Hugging Face Trainer job leaves, which log on global rank 0 only."""
+    job_dir = tmp_path / name
+    shutil.copytree(str(JOBS / name), str(job_dir))
+    for path in job_dir.glob("*/samples/*.jsonl"):
+        if (path.parent.parent.name, path.name) != keep:
+            kept = [line for line in path.read_text().splitlines(True) if '"kind": "line"' not in line]
+            path.write_text("".join(kept))
+    return str(job_dir)
+
+
+def test_nodes_without_step_lines_are_counted_with_global_rank_0s_steps(tmp_path):
+    own = timeline.build(str(JOBS / "slow_long"), HOSTS)
+    model = timeline.build(_only_rank0_prints(tmp_path, "slow_long"), HOSTS)
+    assert model["steps_of_rank0"] == ["default-node2"]
+    assert model["measure"] == "demand"
+    assert model["straggler"]["stragglers"] == own["straggler"]["stragglers"] == [("default-node2", 3.38)]
+    assert "default-node2: CPU + run-queue wait per step (steps of global rank 0)" in writer.render(model)
+    assert "(steps of global rank 0)" not in writer.render(own)
+    even = timeline.build(_only_rank0_prints(tmp_path, "even_long"), HOSTS)
+    assert even["straggler"]["stragglers"] == [] and even["measure"] == "demand"
+    # no step line anywhere: nothing to count with
+    none = timeline.build(_only_rank0_prints(tmp_path / "none", "even_long", keep=None), HOSTS)
+    assert none["steps_of_rank0"] == [] and none["straggler"]["line"].startswith("no straggler check")
+
+
 def test_ranks_that_mostly_wait_name_no_straggler():
     # 30 steps of 0.5 s sleep: node1 1.2x node2's demand per step, but 0.6 ms more per 500 ms step
     model = timeline.build(str(JOBS / "sleepy"), HOSTS)
