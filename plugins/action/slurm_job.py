@@ -13,7 +13,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import RATIO, ClusterLive
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import ClusterLive, ratio_of
 
 display = Display()
 
@@ -31,7 +31,7 @@ class ActionModule(ActionBase):
             return result
         host = task_vars.get("inventory_hostname") if task_vars else None
         # each node's latest step and the slowest node so far, from the samples of the nodes' ranks
-        live = ClusterLive(args.get("step_pattern"), args.get("straggler_ratio") or RATIO)
+        live = ClusterLive(args.get("step_pattern"), ratio_of(args.get("straggler_ratio")))
         try:
             while True:
                 polled = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)

@@ -48,7 +48,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.follo
     started_line,
     wait_args,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import RATIO, Live
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live, ratio_of
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import enabled as light_enabled
 from ansible_collections.multinode.training.plugins.plugin_utils._light_exec import light_python, prepare, run_module
 from ansible_collections.multinode.training.plugins.plugin_utils._warm import warm
@@ -115,7 +115,7 @@ class ActionModule(ActionBase):
             # [python, mt_watch.py, follow, job dir]: from the host's python (known after the facts), else
             # from the first module call's answer
             light = self._light_argv(task_vars, args)
-            live_line = Live(host, args.get("step_pattern"), collect_to, args.get("straggler_ratio") or RATIO)
+            live_line = Live(host, args.get("step_pattern"), collect_to, ratio_of(args.get("straggler_ratio")))
             while True:
                 if os.getppid() != parent:
                     # ansible-playbook is gone (killed): stop renewing the lease, the nodes end the job.

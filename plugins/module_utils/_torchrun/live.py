@@ -53,6 +53,15 @@ LIVE_MIN_SECONDS = 30.0
 RATIO = 1.2
 
 
+def ratio_of(value):
+    """The actions' straggler_ratio as a number; what is not one gives the default here (the module's own
+    argument check then refuses it, naming the option)."""
+    try:
+        return float(value) if value not in (None, "") else RATIO
+    except (TypeError, ValueError):
+        return RATIO
+
+
 class Tracker(object):
     """One node's figures over one wait. ``update(live)`` -> {step, loss, per_step, wall_per_step}:
     per_step is the demand (CPU + run-queue wait per rank) per step since the first step seen in this

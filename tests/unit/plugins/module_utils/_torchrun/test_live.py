@@ -179,6 +179,11 @@ def test_latest_step_and_a_pattern_without_a_step():
     assert live.suffix({}, ("n2", 2.5)) == " | slowest so far: n2 2.50x the median CPU per step"
 
 
+def test_ratio_of_the_actions_argument():
+    assert live.ratio_of("1.5") == 1.5 and live.ratio_of(1.3) == 1.3
+    assert live.ratio_of(None) == live.ratio_of("") == live.ratio_of("fast") == live.RATIO
+
+
 def test_slowest_needs_two_measured_nodes(tmp_path):
     directory = str(tmp_path / live.LIVE_DIR)
     live.share(directory, "n1", {"step": 3, "per_step": 0.2})
