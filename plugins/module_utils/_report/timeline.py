@@ -60,6 +60,11 @@ def node_model(node_dir, patterns):
             "ranks": ranks, "samples": samples, "steps": rank_steps}
 
 
+def is_rank0(node, key):
+    """Whether the rank of ``key`` ("<restart>_<local rank>") on ``node`` was global rank 0 (its start record)."""
+    return (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0
+
+
 def counted_steps(nodes):
     """The steps each rank is counted with: its own step lines, else (DeepSpeed and the Hugging Face Trainer
     print theirs on global rank 0 only) global rank 0's of the same attempt - the ranks of a synchronous job
@@ -68,7 +73,7 @@ def counted_steps(nodes):
     leader = {}
     for node in nodes.values():
         for key, steps in node["steps"].items():
-            if steps and (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0:
+            if steps and is_rank0(node, key):
                 leader[key.split("_")[0]] = steps
     counted = {host: {key: node["steps"].get(key) or leader.get(key.split("_")[0], [])
                       for key in set(node["steps"]) | set(node["samples"])}
@@ -159,8 +164,7 @@ def build(run_dir, hosts=None, pattern=None, ratio=1.2):
         measured = {host: (wall[host], "wall") for host in nodes}
     times = {host: value for host, (value, _how) in measured.items()}
     measure = "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand"
-    rank0 = [s for node in nodes.values() for key, s in node["steps"].items()
-             if (node["ranks"].get(key, {}).get("start") or {}).get("rank") == 0]
+    rank0 = [s for node in nodes.values() for key, s in node["steps"].items() if is_rank0(node, key)]
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,
