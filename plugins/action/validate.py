@@ -23,6 +23,8 @@ display = Display()
 
 COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FACT = "multinode_training_validated"
+# Variables of the playbooks themselves (not of a role): which hosts train.yml and fabric_check.yml run on.
+PLAYBOOK_VARIABLES = ("train_hosts",)
 
 
 class ActionModule(ActionBase):
@@ -60,6 +62,19 @@ class ActionModule(ActionBase):
             "tags": tags,
             "enabled": entry.get("enabled", True),
         }
+
+    def _declared(self):
+        """Every variable of every role of the collection (all entry points) -> (names, prefixes)."""
+        names, prefixes = set(), []
+        roles_dir = os.path.join(COLLECTION_ROOT, "roles")
+        for name in sorted(os.listdir(roles_dir)):
+            specs = self._load_yaml(os.path.join(roles_dir, name, "meta", "argument_specs.yml"))
+            if not specs:
+                continue
+            prefixes.append(name + "_")
+            for entry in (specs.get("argument_specs") or {}).values():
+                names.update((entry or {}).get("options") or {})
+        return names, prefixes
 
     def _values(self, roles, raw, pattern_mode):
         """Templated values of every option of ``roles`` for one host (raw: that host's variables)."""
@@ -142,10 +157,16 @@ class ActionModule(ActionBase):
         if problem:
             return dict(result, failed=True, msg=problem.line(), hosts=[])
         pattern_mode = args.get("hosts") is not None
+        declared, prefixes = self._declared()
+        declared.update(PLAYBOOK_VARIABLES)
         per_host, notes, deferred = {}, [], set()
         for host in hosts:
             values, problems, later = self._values(roles, raws[host], pattern_mode)
             deferred.update(later)
+            if pattern_mode:
+                # The first play sees the inventory and extra variables before any task set one:
+                # every name there with a role's prefix must be a declared variable.
+                problems.extend(engine.unknown_variables(raws[host], declared, prefixes))
             ctx = {"hosts": hosts if pattern_mode else list(task_vars.get("ansible_play_hosts_all") or hosts),
                    "host": host, "notes": [], "ssh_ports": [raws[host].get("ansible_port", 22)]}
             problems.extend(engine.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))

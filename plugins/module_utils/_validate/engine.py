@@ -21,6 +21,7 @@ value ends up in a file, an environment or an argv on a node.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping
@@ -403,6 +404,32 @@ def validate(specs, values, rules=None, ctx=None, may_be_empty=()):
                 found.extend(p for p in rule(name, value, values, ctx)
                              if p.variable not in [f.variable for f in found])
         problems.extend(found)
+    return problems
+
+
+def unknown_variables(values, declared, prefixes):
+    """Variables of ``values`` named with a role's prefix (``train_``, ...) that no role declares
+    -> [Problem], each naming the closest declared variable.
+
+    A misspelled variable would otherwise be ignored silently and its default used: a job run
+    for hours with ``train_timout=60`` meant as a limit. ``declared``: every option of every role
+    (all entry points) and the playbooks' own variables; ``prefixes``: the role names with ``_``.
+    """
+    declared = sorted(set(declared))
+    problems = []
+    for name in sorted(values):
+        if name in declared or not any(name.startswith(prefix) for prefix in prefixes):
+            continue
+        prefix = max((p for p in prefixes if name.startswith(p)), key=len)
+        role = prefix[:-1]
+        # compared without the prefix, which every candidate shares
+        same_role = dict((d[len(prefix):], d) for d in declared if d.startswith(prefix))
+        close = [same_role[s] for s in difflib.get_close_matches(name[len(prefix):], same_role, n=3, cutoff=0.6)]
+        valid = ", ".join(close) if close else (
+            "a variable of role %s (roles/%s/meta/argument_specs.yml, listed in roles/%s/README.md)"
+            % (role, role, role))
+        value = _mask_all(plain(values[name])) if is_secret_name(name) else values[name]
+        problems.append(Problem(name, value, "not a variable of this collection", valid))
     return problems
 
 

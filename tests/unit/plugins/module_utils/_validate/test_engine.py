@@ -385,3 +385,43 @@ def test_nnodes_against_the_play_hosts_only_for_the_ssh_launcher(launcher, expec
     values = {k: val for k, val in _defaults().items() if "{{" not in str(val)}
     values.update(train_nnodes="3", train_launcher=launcher)
     assert lines(v.validate(_specs(), values, r.RULES, {"hosts": ["a", "b"]}, r.MAY_BE_EMPTY)) == expected
+
+
+# ---------------------------------------------------------------- unknown variables
+
+DECLARED = ["train_timeout", "train_tee", "train_env", "deepspeed_build_ops", "train_hosts"]
+PREFIXES = ["deepspeed_build_", "toolchain_", "train_"]
+
+
+def test_a_misspelled_variable_is_refused_naming_the_declared_one():
+    problems = v.unknown_variables({"train_timout": 60, "train_tee": True}, DECLARED, PREFIXES)
+    assert lines(problems) == ["train_timout=60: not a variable of this collection; valid: train_timeout"]
+    assert SHAPE.match(problems[0].line())
+
+
+def test_variables_without_a_role_prefix_and_declared_ones_pass():
+    assert v.unknown_variables({"ansible_host": "x", "trainer": 1, "train_env": {}, "my_train_x": 1},
+                               DECLARED, PREFIXES) == []
+
+
+def test_no_close_name_points_at_the_role_specs():
+    [problem] = v.unknown_variables({"deepspeed_build_zzz": 1}, DECLARED, PREFIXES)
+    assert "roles/deepspeed_build/meta/argument_specs.yml" in problem.line()
+
+
+def test_an_unknown_secret_looking_variable_is_not_shown():
+    [problem] = v.unknown_variables({"train_wandb_api_key": "hunter2"}, DECLARED, PREFIXES)
+    assert "hunter2" not in problem.line()
+
+
+def test_every_role_variable_is_declared_in_the_collection():
+    """What the action declares: every role's argument specs; a name the roles use with their
+    prefix in defaults must be among them (else every play would refuse its own default)."""
+    declared, prefixes = set(), []
+    for specs in sorted(ROOT.glob("roles/*/meta/argument_specs.yml")):
+        prefixes.append(specs.parent.parent.name + "_")
+        for entry in yaml.safe_load(specs.read_text())["argument_specs"].values():
+            declared.update(entry.get("options") or {})
+    for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
+        names = yaml.safe_load(defaults.read_text()) or {}
+        assert v.unknown_variables(names, declared, prefixes) == [], defaults
