@@ -6,10 +6,10 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.module_utils._fabric.schedule import rounds
-from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import FabricError, verdict
+from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import RATIO, FabricError, verdict
 
 
-def fabric_verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=""):
+def fabric_verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes=""):
     """The probe's result -> flagged nodes, the gate's action, keep/drop, the matrix lines."""
     try:
         return verdict(result, list(hosts), str(mode), ratio, min_gbps, nnodes)

@@ -12,6 +12,10 @@ the two equal.
 """
 from __future__ import annotations
 
+# Seconds each measurement of the probe runs, when the caller gives none: train_fabric_seconds in
+# roles/train/defaults/main.yml and the probe's own --seconds (a file that imports nothing) mirror it.
+SECONDS = 0.5
+
 
 def rounds(count):
     """``count`` nodes (ranks 0..count-1) -> a list of rounds, each a list of pairs ``(low, high)``."""

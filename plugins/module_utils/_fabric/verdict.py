@@ -34,6 +34,9 @@ MODES = ("off", "warn", "gate")
 # even as medians: a link is slow by latency only more than this above the median
 # (a misrouted path, a congested switch, netem's 20 ms); bandwidth finds the rest.
 LATENCY_SLACK_MS = 5.0
+# The fraction of the median below which a link or node is slow, when the caller gives none:
+# train_fabric_ratio in roles/train/defaults/main.yml mirrors it.
+RATIO = 0.5
 
 
 class FabricError(ValueError):
@@ -163,7 +166,7 @@ def matrix(result, flagged):
     return lines
 
 
-def verdict(result, hosts, mode="warn", ratio=0.5, min_gbps=None, nnodes=""):
+def verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes=""):
     """The probe's result -> flagged nodes with reasons, the gate's decision, the headline, the matrix and a
     summary."""
     nodes = _check(result)

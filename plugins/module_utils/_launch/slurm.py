@@ -24,7 +24,10 @@ import math
 import re
 import shlex
 
+from ansible_collections.multinode.training.plugins.module_utils._fabric import schedule as _fabric_schedule
+from ansible_collections.multinode.training.plugins.module_utils._fabric import verdict as _fabric_verdict
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
+    STOP_GRACE,
     TorchrunError,
     build_argv,
     parse_nnodes,
@@ -335,7 +338,7 @@ def fabric_argv(spec):
         "max_restarts": 0,
         "script": "%s/fabric_probe.py" % spec["bin_dir"],
         "args": ["--probe-nodes", FABRIC_NODES_SENTINEL, "--schedule", FABRIC_SCHEDULE_SENTINEL,
-                 "--seconds", str(float(spec.get("fabric_seconds") or 0.5))],
+                 "--seconds", str(float(spec.get("fabric_seconds") or _fabric_schedule.SECONDS))],
     }
     argv = build_argv(spec["python"], opts)
     argv[argv.index("--nnodes") + 1] = FABRIC_NNODES_SENTINEL  # the nodes Slurm allocated (MIN:MAX)
@@ -361,7 +364,7 @@ def quote_argv(argv, rdzv_port):
 def fabric_timeout(spec):
     """The probe step's timeout as a shell expression of the allocated node count (roles/train/tasks/fabric.yml's
     rule: max(120, 30 + 4 x nodes x train_fabric_seconds))."""
-    per_node = int(math.ceil(4 * float(spec.get("fabric_seconds") or 0.5)))
+    per_node = int(math.ceil(4 * float(spec.get("fabric_seconds") or _fabric_schedule.SECONDS)))
     return "$(( 30 + %d * ${#nodes[@]} > 120 ? 30 + %d * ${#nodes[@]} : 120 ))" % (per_node, per_node)
 
 
@@ -380,7 +383,7 @@ def fabric_lines(spec, node_py, step_options):
              "--job-name=fabric", q(spec["python"]), q(node_py), "run", '"$job_dir/fabric"'] + options
     probe += ["--"] + quote_argv(fabric_argv(spec), spec["rdzv_port"])
     verdict = [system, q(node_py), "fabric-verdict", '"$job_dir"', "--mode", q(spec["fabric_check"]),
-               "--ratio", str(float(spec.get("fabric_ratio") or 0.5)),
+               "--ratio", str(float(spec.get("fabric_ratio") or _fabric_verdict.RATIO)),
                "--min-gbps", str(float(spec.get("fabric_min_gbps") or 0)),
                "--nnodes", q(str(spec["nnodes"])), '"${nodes[@]}"']
     return [
@@ -424,7 +427,7 @@ def render_batch_script(spec):
     options = ["--first", '"${nodes[0]}"', "--interface", q(spec.get("interface") or ""),
                "--ip-version", str(int(spec.get("ip_version") or 4)),
                "--timeout", str(int(spec.get("timeout") or 0)),
-               "--stop-grace", str(int(spec.get("stop_grace") or 15))]
+               "--stop-grace", str(int(spec.get("stop_grace") or STOP_GRACE))]
     if spec.get("rdzv_conf"):
         options += ["--rdzv-conf", q(spec["rdzv_conf"])]
     for path in spec.get("env_files") or []:

@@ -16,6 +16,8 @@ import socket
 import sys
 import time
 
+from ansible_collections.multinode.training.plugins.module_utils._fabric import schedule as _fabric_schedule
+from ansible_collections.multinode.training.plugins.module_utils._fabric import verdict as _fabric_verdict
 from ansible_collections.multinode.training.plugins.module_utils._launch.slurm import (
     FABRIC_FILES,
     FINAL_STATES,
@@ -37,6 +39,8 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
 from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
+    STOP_GRACE,
+    VENV,
     TorchrunError,
     format_rdzv_conf,
     mask,
@@ -44,7 +48,9 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     pick_root_cause,
     secret_values,
 )
+from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import (
+    TAIL_LINES,
     collect,
     rank_dirs,
     read_json,
@@ -72,7 +78,7 @@ ARGUMENT_SPEC = dict(
     script=dict(type="path"),
     module=dict(type="str"),
     args=dict(type="list", elements="str", default=[]),
-    python=dict(type="path", default="/opt/multinode-training/venv/bin/python"),
+    python=dict(type="path", default=VENV + "/bin/python"),
     system_python=dict(type="path", default="/usr/bin/python3"),
     rdzv_backend=dict(type="str", default="c10d"),
     rdzv_port=dict(type="int", default=29400),
@@ -85,17 +91,17 @@ ARGUMENT_SPEC = dict(
     chdir=dict(type="path"),
     tee=dict(type="bool", default=False),
     timeout=dict(type="int", default=0),
-    stop_grace=dict(type="int", default=15),
+    stop_grace=dict(type="int", default=STOP_GRACE),
     follow=dict(type="bool", default=False),
     step_pattern=dict(type="str", default=""),
-    straggler_ratio=dict(type="float", default=1.2),
+    straggler_ratio=dict(type="float", default=straggler.RATIO),
     wait=dict(type="int", default=10),
     controller_timeout=dict(type="int", default=120),
-    tail_lines=dict(type="int", default=30),
+    tail_lines=dict(type="int", default=TAIL_LINES),
     fabric_check=dict(type="str", default="off", choices=["off", "warn", "gate"]),
-    fabric_ratio=dict(type="float", default=0.5),
+    fabric_ratio=dict(type="float", default=_fabric_verdict.RATIO),
     fabric_min_gbps=dict(type="float", default=0),
-    fabric_seconds=dict(type="float", default=0.5),
+    fabric_seconds=dict(type="float", default=_fabric_schedule.SECONDS),
 )
 MUTUALLY_EXCLUSIVE = [("script", "module")]
 REQUIRED_IF = [("state", "status", ["job_id"]), ("state", "cancelled", ["job_id"]),

@@ -29,6 +29,12 @@ MASK = "********"
 SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Seconds from SIGTERM to SIGKILL when a job is stopped, when the caller gives none (the torchrun and
+# slurm_job modules' stop_grace; train_stop_grace in roles/train/defaults/main.yml mirrors it).
+STOP_GRACE = 15
+# The training venv when the caller names none (the torchrun module's venv, slurm_job's python inside
+# it); train_venv in roles/train/defaults/main.yml mirrors it.
+VENV = "/opt/multinode-training/venv"
 # Errors a rank raises because *another* rank died first: never the root cause
 # when a first-hand failure exists at (about) the same time.
 PEER_ERROR_RE = re.compile(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.multinode.training.plugins.module_utils._report import html, steps, timeline
+from ansible_collections.multinode.training.plugins.module_utils._report import html, steps, straggler, timeline
 
 
 class ReportError(Exception):
@@ -15,7 +15,7 @@ class ReportError(Exception):
 
 def check(args):
     """The arguments with defaults, or ReportError naming the bad one."""
-    out = {"hosts": [], "pattern": "", "ratio": 1.2, "header": {}, "dest": ""}
+    out = {"hosts": [], "pattern": "", "ratio": straggler.RATIO, "header": {}, "dest": ""}
     out.update({k: v for k, v in args.items() if v is not None})
     if not out.get("run_dir") or not os.path.isdir(out["run_dir"]):
         raise ReportError("run_dir %r is not a directory (the collected job)" % out.get("run_dir"))

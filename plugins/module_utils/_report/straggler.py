@@ -85,9 +85,12 @@ BASIS = {"demand": "CPU + run-queue wait per step", "wall": "wall time per step"
 # a few ms of CPU per step, and a 1.21x ratio of that (recorded: 0.6 ms more per 500 ms step) holds
 # nobody up.
 SIGNIFICANT = 0.1
+# The straggler rule's default ratio: every module option, action and report that takes a ratio
+# defaults to this; train_straggler_ratio in roles/train/defaults/main.yml mirrors it.
+RATIO = 1.2
 
 
-def verdict(node_times, ratio=1.2, measure="wall", wall=None):
+def verdict(node_times, ratio=RATIO, measure="wall", wall=None):
     """{node: seconds per step or None} -> {median, ratios, stragglers [(node, ratio)], line}; ``measure``
     (demand or wall) names the figure in the line; ``wall`` ({node: wall seconds per step}), with the
     demand measure, sets the floor below which an excess is not a straggler (SIGNIFICANT)."""

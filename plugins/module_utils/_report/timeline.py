@@ -145,7 +145,7 @@ def environment(nodes):
     return {key: _by_value(values) for key, values in found.items() if values}
 
 
-def build(run_dir, hosts=None, pattern=None, ratio=1.2):
+def build(run_dir, hosts=None, pattern=None, ratio=straggler.RATIO):
     """The report's model of ``run_dir``; ``hosts`` (the play's nodes in order) names nodes with no
     directory as lost."""
     patterns = _steps.compile_patterns(pattern)

@@ -73,6 +73,11 @@ def _time_of(entry, error_file):
     return None
 
 
+# Lines of the failing rank's log a result carries, when the caller gives none (the torchrun and
+# slurm_job modules' tail_lines).
+TAIL_LINES = 30
+
+
 def collect(job_dir, job, result_data, tail_lines, host):
     """Everything the job left behind on one node (``host``) -> return values."""
     agent_log = read_text(os.path.join(job_dir, "torchrun.log"))

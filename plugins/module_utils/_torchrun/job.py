@@ -20,8 +20,15 @@ from __future__ import annotations
 import os
 import socket
 
-from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import TorchrunError, secret_values, validate_job_id
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, read_json
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
+    STOP_GRACE,
+    VENV,
+    TorchrunError,
+    secret_values,
+    validate_job_id,
+)
+from ansible_collections.multinode.training.plugins.module_utils._report import straggler
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import status
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import job_alive
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import start
@@ -45,14 +52,14 @@ ARGUMENT_SPEC = dict(
     local_addr=dict(type="str"),
     env=dict(type="dict", default={}),
     env_files=dict(type="list", elements="path", default=[]),
-    venv=dict(type="path", default="/opt/multinode-training/venv"),
+    venv=dict(type="path", default=VENV),
     python=dict(type="path"),
     chdir=dict(type="path"),
     log_dir=dict(type="path", default="/var/log/multinode-training"),
     tee=dict(type="bool", default=False),
     timeout=dict(type="int", default=0),
-    stop_grace=dict(type="int", default=15),
-    tail_lines=dict(type="int", default=30),
+    stop_grace=dict(type="int", default=STOP_GRACE),
+    tail_lines=dict(type="int", default=TAIL_LINES),
     exit_barrier_grace=dict(type="int", default=30),
     user=dict(type="str"),
     group=dict(type="str"),
@@ -62,7 +69,7 @@ ARGUMENT_SPEC = dict(
     follow=dict(type="bool", default=False),
     poll=dict(type="int", default=10),
     step_pattern=dict(type="str", default=""),
-    straggler_ratio=dict(type="float", default=1.2),
+    straggler_ratio=dict(type="float", default=straggler.RATIO),
     # Set by the action for each long poll of a followed wait, and where the job directory's archive
     # goes when it is too big to travel in the result.
     follow_limit=dict(type="float", default=0),

@@ -22,7 +22,7 @@ import os
 import statistics
 
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
-from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, SIGNIFICANT
+from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, RATIO, SIGNIFICANT
 
 LIVE_DIR = ".live"
 
@@ -49,8 +49,6 @@ def latest_step(lines, patterns):
 # 1.26x, the whole 33 s 1.12x. Warm-up (compiling, caches, data workers) is uneven on real nodes too. A
 # hint that names a node the report then clears costs the user's trust; 30 s is nothing to a real job.
 LIVE_MIN_SECONDS = 30.0
-# train_straggler_ratio's default (the modules' straggler_ratio)
-RATIO = 1.2
 
 
 def ratio_of(value):

@@ -34,7 +34,7 @@ import subprocess
 import sys
 
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as _train_listener
-from ansible_collections.multinode.training.plugins.module_utils._train.preflight import probe_node
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import CONNECT_TIMEOUT, probe_node
 from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     SecurityError,
     account_problems,
@@ -363,7 +363,7 @@ def run_probe(probe, run_command):
     connect = None
     if probe.get("connect_host"):
         connect = {"host": probe["connect_host"], "port": probe["connect_port"],
-                   "timeout": probe.get("connect_timeout") or 15}
+                   "timeout": probe.get("connect_timeout") or CONNECT_TIMEOUT}
     return probe_node(probe["python"], run_command, probe.get("script"), probe.get("chdir"),
                       probe.get("env_files") or [], connect, probe.get("code"))
 

@@ -24,6 +24,9 @@ from ansible_collections.multinode.training.plugins.module_utils._build.manifest
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
 
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
+# Seconds the probe's test connection waits, when the caller gives none; train_connect_timeout in
+# roles/train/defaults/main.yml mirrors it.
+CONNECT_TIMEOUT = 15
 
 
 class CodeError(ValueError):
@@ -137,7 +140,7 @@ def probe_node(python, run, script=None, chdir=None, env_files=(), connect=None,
     else:
         out["code"] = None
     if connect:
-        out["connect"] = dict(try_connect(connect["host"], connect["port"], float(connect.get("timeout") or 15)),
+        out["connect"] = dict(try_connect(connect["host"], connect["port"], float(connect.get("timeout") or CONNECT_TIMEOUT)),
                               host=connect["host"], port=int(connect["port"]))
     else:
         out["connect"] = None
@@ -248,7 +251,7 @@ PROBE_SPEC = dict(
     code=dict(type="dict"),
     connect_host=dict(type="str"),
     connect_port=dict(type="int"),
-    connect_timeout=dict(type="int", default=15),
+    connect_timeout=dict(type="int", default=CONNECT_TIMEOUT),
 )
 PROBE_REQUIRED_BY = {"connect_host": "connect_port"}
 

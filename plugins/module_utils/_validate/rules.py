@@ -19,6 +19,8 @@ import os
 import re
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as manifest_schema
+from ansible_collections.multinode.training.plugins.module_utils._fabric import verdict as fabric_verdict
+from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._report.steps import pattern_problem as steps_pattern_problem
 from ansible_collections.multinode.training.plugins.module_utils._validate.engine import (
     Problem,
@@ -255,7 +257,8 @@ def _firewall(variable, value, values, ctx):
 def _fabric_ratio(variable, value, values, ctx):
     """A fraction of the median strictly between 0 and 1 (0 flags nothing, 1 flags half the nodes)."""
     if not 0 < float(value) < 1:
-        return [Problem(variable, value, "out of range", "a fraction between 0 and 1 (both excluded), such as 0.5")]
+        return [Problem(variable, value, "out of range",
+                        "a fraction between 0 and 1 (both excluded), such as %g" % fabric_verdict.RATIO)]
     return []
 
 
@@ -275,7 +278,7 @@ def _straggler_ratio(variable, value, values, ctx):
     except (TypeError, ValueError):
         number = 0.0
     if isinstance(value, bool) or not number > 1:
-        return [Problem(variable, value, "not over 1", "a ratio over 1, such as 1.2")]
+        return [Problem(variable, value, "not over 1", "a ratio over 1, such as %g" % straggler.RATIO)]
     return []
 
 

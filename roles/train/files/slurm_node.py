@@ -212,7 +212,7 @@ def fabric_verdict(opts):
     verdict; write ``fabric.json`` (the verdict, the result, nodes without one), print the matrix on
     stderr and the nodes to run on, one per line, on stdout. Exit 3 when the gate refuses the job."""
     sys.path.insert(0, HERE)
-    from _fabric_verdict import FabricError, verdict  # pylint: disable=import-error
+    from _fabric_verdict import RATIO, FabricError, verdict  # pylint: disable=import-error
 
     result, missing = None, []
     for node in opts.nodes:
@@ -225,7 +225,8 @@ def fabric_verdict(opts):
                 node, os.path.join(opts.job_dir, "fabric", node, "torchrun.log")))
     result = result or {"nodes": [], "links": [], "compute": {}}
     try:
-        out = verdict(result, opts.nodes, opts.mode, opts.ratio, opts.min_gbps or None, opts.nnodes)
+        out = verdict(result, opts.nodes, opts.mode, RATIO if opts.ratio is None else opts.ratio,
+                      opts.min_gbps or None, opts.nnodes)
     except FabricError as exc:
         sys.stderr.write("multinode.training fabric: %s\n" % exc)
         return 2
@@ -250,7 +251,7 @@ def fabric_verdict(opts):
 
 def run(opts):
     sys.path.insert(0, HERE)
-    from _torchrun import JOB_DIR_ENV, JOB_ENV, parse_env_file  # pylint: disable=import-error
+    from _torchrun import JOB_DIR_ENV, JOB_ENV, STOP_GRACE, parse_env_file  # pylint: disable=import-error
 
     node = node_name()
     job_id = "slurm-%s" % os.environ.get("SLURM_JOB_ID", "0")
@@ -286,7 +287,7 @@ def run(opts):
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     supervisor = [sys.executable, os.path.join(HERE, "supervisor.py"), node_dir, job_id, str(opts.timeout),
-                  str(opts.stop_grace), opts.chdir or node_dir, "--"] + argv
+                  str(STOP_GRACE if opts.stop_grace is None else opts.stop_grace), opts.chdir or node_dir, "--"] + argv
     with open(os.path.join(node_dir, "torchrun.log"), "ab") as log:
         rc = subprocess.call(supervisor, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                              preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (
@@ -347,7 +348,7 @@ def parse_args(argv=None):
     rn.add_argument("--interface", default="")
     rn.add_argument("--ip-version", type=int, default=4, choices=(4, 6))
     rn.add_argument("--timeout", type=int, default=0)
-    rn.add_argument("--stop-grace", type=int, default=15)
+    rn.add_argument("--stop-grace", type=int)
     rn.add_argument("--rdzv-conf", default="")
     rn.add_argument("--env-file", action="append", default=[])
     rn.add_argument("--chdir")
@@ -359,7 +360,7 @@ def parse_args(argv=None):
     fvd = sub.add_parser("fabric-verdict")
     fvd.add_argument("job_dir")
     fvd.add_argument("--mode", required=True, choices=("warn", "gate"))
-    fvd.add_argument("--ratio", type=float, default=0.5)
+    fvd.add_argument("--ratio", type=float)
     fvd.add_argument("--min-gbps", type=float, default=0.0)
     fvd.add_argument("--nnodes", default="")
     fvd.add_argument("nodes", nargs="+")

@@ -6,6 +6,7 @@ the 2-core test host (three equal nodes' matmuls sharing two cores: 22, 10.2 and
 """
 import importlib.util
 
+from ansible_collections.multinode.training.plugins.module_utils._fabric import schedule
 from tests.unit.conftest import ROOT
 
 _SPEC = importlib.util.spec_from_file_location("fabric_probe", ROOT / "roles" / "train" / "files" / "fabric_probe.py")
@@ -29,3 +30,8 @@ def test_a_slow_device_stays_slow_over_passes():
     for figures in ([600.0, 120.0], [590.0, 125.0]):
         best = fabric_probe.keep_faster(best, {"gflops": min(figures), "devices": figures})
     assert best["gflops"] == 125.0
+
+
+def test_seconds_default_is_the_collections():
+    args = fabric_probe.parse_args(["--probe-nodes", "[]", "--schedule", "[]"])
+    assert args.seconds == schedule.SECONDS
