@@ -136,8 +136,8 @@ run_clean() { env -i HOME="$HOME" PATH="$venv/bin" DS_ACCELERATOR=cuda TORCH_EXT
 # Asked first by the very python that loads the op, on its own PATH: a JIT build needs a host
 # C/C++ compiler from PATH (torch runs c++, nvcc runs gcc; torch may still guess CUDA_HOME
 # /usr/local/cuda for nvcc itself), so none may be found there, nor nvcc, nor a variable
-# naming one. (It used to be `run_clean sh -c 'command -v ...'`: no sh on that PATH, so env
-# failed with 127 and the check could never fire.)
+# naming one. Python, not `sh -c 'command -v ...'`: that PATH has no sh, so env would fail
+# with 127 and the check could never fire.
 no_compiler='
 import os, shutil, sys
 found = {n: shutil.which(n) for n in ("c++", "g++", "gcc", "cc", "clang", "clang++", "nvcc")}

@@ -6,9 +6,9 @@ The circle method (a round-robin tournament): rank 0 stays, the others rotate on
 place a round. N nodes take N-1 rounds of N/2 pairs when N is even, N rounds of
 (N-1)/2 pairs when N is odd (one node sits out each round, each node once), so every
 link is measured once in about N rounds instead of N^2 one-pair runs, and no node
-is in two measurements at the same time. Standard library only: the probe
-(roles/train/files/fabric_probe.py) carries the same function and a unit test keeps
-the two equal.
+is in two measurements at the same time. Standard library only: under Slurm the
+batch host runs it beside slurm_node.py (as ``_fabric_schedule.py``); the probe
+(roles/train/files/fabric_probe.py) gets the rounds as ``--schedule``.
 """
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ def step_times(steps):
     return out
 
 
-# Step intervals (over the node's ranks) the wall measure needs: a 2-step job's one interval per rank
-# named a node at 1.30x on noise alone (recorded on the Slurm cluster).
+# Step intervals (over the node's ranks) the wall measure needs: with one or two intervals per rank,
+# noise alone puts a node over the ratio.
 MIN_INTERVALS = 5
 
 
@@ -49,9 +49,9 @@ def _steps_by(steps, when):
 
 
 # Samples (2 s apart: 8 s of steps) a rank needs while it printed steps for its demand per step to
-# count. With three (a 3 s job on the loaded test host) a node's share of the host's CPU decided: a
-# false alarm at 1.90x. Below it the nodes are compared by wall step time, which names nobody in a
-# synchronous job; the verdict's line says which measure it used.
+# count: over fewer, a node's share of a busy host's CPU decides rather than what its ranks asked for.
+# Below it the nodes are compared by wall step time, which names nobody in a synchronous job; the
+# verdict's line says which measure it used.
 MIN_SAMPLES = 5
 
 
@@ -82,8 +82,7 @@ def node_time(rank_steps, rank_samples):
 BASIS = {"demand": "CPU + run-queue wait per step", "wall": "wall time per step"}
 # With the demand measure, a node is a straggler only when its demand over the median is at least this
 # fraction of the wall time per step: ranks that mostly wait (a sleep, the GPU, the input pipeline) use
-# a few ms of CPU per step, and a 1.21x ratio of that (recorded: 0.6 ms more per 500 ms step) holds
-# nobody up.
+# a few ms of CPU per step, and a ratio over that (under a millisecond more per step) holds nobody up.
 SIGNIFICANT = 0.1
 # The straggler rule's default ratio: every module option, action and report that takes a ratio
 # defaults to this; train_straggler_ratio in roles/train/defaults/main.yml mirrors it.

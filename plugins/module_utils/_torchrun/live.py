@@ -44,10 +44,10 @@ def latest_step(lines, patterns):
 
 # The evidence a node's live figure needs: MIN_INTERVALS steps (the report's rule, _report.straggler) and
 # LIVE_MIN_SECONDS of samples since the first step this wait saw. On a shared host the nodes' demand per
-# step swings 2x from one 2 s sample to the next (recorded, tests/fixtures/report/jobs/ok_long: 15 ms
-# against 7 ms, then the other way); the first 8 s of that unthrottled job said 1.41x, its first 12 s
-# 1.26x, the whole 33 s 1.12x. Warm-up (compiling, caches, data workers) is uneven on real nodes too. A
-# hint that names a node the report then clears costs the user's trust; 30 s is nothing to a real job.
+# step swings 2x from one 2 s sample to the next (tests/fixtures/report/jobs/ok_long), so the first
+# seconds of an even job can put any node over the ratio; warm-up (compiling, caches, data workers) is
+# uneven on real nodes too. A hint that names a node the report then clears costs the user's trust; 30 s
+# is nothing to a real job.
 LIVE_MIN_SECONDS = 30.0
 
 
@@ -126,8 +126,8 @@ def slowest(shared, ratio=RATIO):
     """(host, ratio to the median demand per step) of the slowest node so far, when the report's rule
     would name it: over ``ratio`` x the median (the lower middle) and by at least the report's floor
     (_report.straggler.SIGNIFICANT of the wall time per step: ranks that mostly wait); else None, and
-    with fewer than two nodes measured. One node of an even job is always the slowest by a little (1.12x
-    recorded): naming it would send a user after nothing."""
+    with fewer than two nodes measured. One node of an even job is always the slowest by a little:
+    naming it would send a user after nothing."""
     known = {host: f["per_step"] for host, f in shared.items() if isinstance(f, dict) and f.get("per_step")}
     if len(known) < 2:
         return None

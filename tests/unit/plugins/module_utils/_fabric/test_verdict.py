@@ -105,7 +105,7 @@ def test_unknown_mode_and_bad_result():
     # 3 probes on one loaded 2-core host: one node's latency at 1.9 ms against 0.1 ms
     ("recorded_loaded_host_ok", N3),
     # molecule default, no fault, a loaded host: node2-node3 at 1.2 against 2.6 and 2.8 Gbit/s, and at
-    # 6.55 against 8.77 and 13.5 (a reference from each node's best link flagged both)
+    # 6.55 against 8.77 and 13.5 (a reference from each node's best link would flag both)
     ("recorded_cluster_noisy0", ["default-node1", "default-node2", "default-node3"]),
     ("recorded_cluster_noisy1", ["default-node1", "default-node2", "default-node3"]),
 ])

@@ -232,11 +232,11 @@ def _job_dir(tmp_path, job_id, **conf):
 
 
 def test_lease_stop_keeps_the_supervisor_which_records_the_end(tmp_path):
-    """Issue 11 (e): the watcher stops the job after the lease; the supervisor (SIGTERMed, never
-    SIGKILLed) records result.json. On the cluster job.json was the module's (root, 0640) after its
-    second write, unreadable by the watcher running as the job's account: the watcher did not know
-    the supervisor, SIGKILLed it with the ranks, and no node had a result. Here job.json has no pid
-    at all: the watcher knows the supervisor from its command line only."""
+    """The watcher stops the job after the lease; the supervisor (SIGTERMed, never SIGKILLed) records
+    result.json. A watcher that cannot read job.json (the module's, root 0640, while the watcher runs as
+    the job's account) must still know the supervisor, or it would SIGKILL it with the ranks and no node
+    would have a result. Here job.json has no pid at all: the watcher knows the supervisor from its
+    command line only."""
     import subprocess
     import sys
     import time
@@ -518,10 +518,10 @@ def _hub_answering(stop):
     (None, "failure"),  # the hub has decided nothing: this node's failure stops its job
 ])
 def test_a_node_takes_the_hubs_stop_before_its_own_killed_ranks(tmp_path, hub_stop, expected):
-    """Issue 28 (resilience (e), 2 of 5 runs): the first node's lease ran out, its torchrun took the
-    rendezvous store along, and another node's torchrun killed that node's ranks just before its own
-    lease ran out: its watcher recorded 'rank R killed by a signal' as the cause. A node reports to the
-    hub first and takes a stop the hub already decided; its own failure stops the job only when none was."""
+    """When the first node's lease runs out, its torchrun takes the rendezvous store along, and another
+    node's torchrun may kill that node's ranks just before its own lease runs out: 'rank R killed by a
+    signal' is then a consequence, not the cause. A node reports to the hub first and takes a stop the
+    hub already decided; its own failure stops the job only when none was."""
     port, reports, server = _hub_answering(hub_stop)
     job_dir = _job_dir(tmp_path, "order-unit", hub=False, node="node2", nodes=["node1", "node2"], lease=0,
                        hub_addr="127.0.0.1", port=port, token="t")

@@ -370,7 +370,7 @@ def test_a_stop_writes_no_result_into_a_link_that_replaced_the_job_directory(tmp
 
 def test_write_json_keeps_owner_and_mode_across_rewrites(tmp_path):
     """job.json is rewritten after the watcher starts; it must stay the job account's (0640): the
-    watcher (running as that account) reads the supervisor's pid from it (issue 11 (e))."""
+    watcher (running as that account) reads the supervisor's pid from it."""
     path = str(tmp_path / "job.json")
     owner = (os.getuid(), os.getgid()) if os.geteuid() != 0 else (65534, 65534)
     for data in ({"pid": 1}, {"pid": 1, "watch_pid": 2}):

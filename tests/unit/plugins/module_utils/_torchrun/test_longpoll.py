@@ -1,4 +1,4 @@
-"""Unit tests for the followed wait (issue 8: a launch that adds seconds): the node-side long poll
+"""Unit tests for the followed wait: the node-side long poll
 (_torchrun.wait.follow_until), its window (_node.watch.follow_window, _torchrun.follow.next_window), the
 job directory packed into the finished result and unpacked on the controller
 (_torchrun.collect.pack_job_dir / unpack_job_archive). On recorded job directories and real

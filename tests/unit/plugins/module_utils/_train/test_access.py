@@ -182,7 +182,7 @@ def test_access_problem_names_the_variable(tmp_path):
         locked.chmod(0o700)
 
 
-# ------------------------------------------------------------------ every path the job opens (issue 28)
+# ------------------------------------------------------------------ every path the job opens
 
 AS_ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="switching to another account needs root")
 PYTHON = "/usr/bin/python3"
@@ -223,8 +223,9 @@ def job(code_dir, **over):
 
 @AS_ROOT
 def test_a_script_in_roots_0700_directory_is_refused_naming_node_variable_path_and_account(shared_dir):
-    """Issue 28: train_script in a 0700 temp directory of root's, train_sync_code on - rank 0 died with
-    PermissionError; now refused by the security step, as the account, before anything is copied."""
+    """train_script in a 0700 temp directory of root's, train_sync_code on: rank 0 would die with
+    PermissionError after the copy and the start, so the security step refuses it, as the account,
+    before anything is copied."""
     private = os.path.join(shared_dir, "tmp.private")
     os.mkdir(private, 0o700)
     script = os.path.join(private, "p.py")

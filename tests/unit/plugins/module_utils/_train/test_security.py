@@ -106,7 +106,7 @@ def test_job_checks_every_path_the_job_opens_and_who_opens_it():
 
 @pytest.mark.parametrize("over, manifest, provided", [
     ({}, ["train.py"], {"train_script": True}),
-    # a script outside train_code_dir is never the copy's (issue 28: a 0700 temp directory of root's)
+    # a script outside train_code_dir is never the copy's (say a 0700 temp directory of root's)
     ({"script": "/tmp/tmp.x/p.py"}, ["p.py"], {"train_script": False}),
     # below train_code_dir but not in train_code_src: must be there now
     ({"script": "/c/other.py"}, ["train.py"], {"train_script": False}),

@@ -278,8 +278,8 @@ def test_venv_facts_reads_torch_and_marker(tmp_path):
 
 
 def test_installed_needs_this_runs_requirements_lock(tmp_path):
-    """A venv of this wheel installed with other (or no) job requirements is not installed: the bug where
-    a changed train_requirements was copied to the nodes and never installed."""
+    """A venv of this wheel installed with other (or no) job requirements is not installed: otherwise a
+    changed train_requirements would be copied to the nodes and never installed."""
     m = manifest()
     marker = {"wheel_sha256": m["wheel_sha256"], "torch": m["torch"]["version"], "verified": True,
               "requirements_sha256": "a" * 64}
