@@ -27,8 +27,8 @@
 #   bash benchmarks/launch.sh                                # local, docker and ssh at 2 nodes
 #   MODES=ssh NODES="2 8" REPEAT=3 bash benchmarks/launch.sh
 #   PROJECTS="/tmp/before $PWD" REPEAT=3 bash benchmarks/launch.sh   # two checkouts, side by side
-#   PROJECTS="$PWD $PWD:nolight" MODES=ssh NODES="2 8" REPEAT=3 bash benchmarks/launch.sh
-#       # the light transport on and off (MULTINODE_TRAINING_LIGHT_CALLS=0: plugin_utils/_light_exec.py)
+#       # (/tmp/before: `git worktree add /tmp/before <commit>`; it uses this checkout's .venv,
+#       # .cache/wheelhouse and dist/)
 #
 # Needs: docker, the image multinode-training/debian:bookworm (scripts/base_images.sh),
 # .cache/wheelhouse (scripts/wheelhouse.sh), dist/deepspeed-*.whl (build_deepspeed.yml); for
@@ -167,10 +167,8 @@ inventory() {  # mode N -> inventory file
 }
 
 with_ansible() {  # project mode N run -> seconds
-  local project=$1 mode=$2 n=$3 run=$4 start inv=() extra=() log job wall light=1
+  local project=$1 mode=$2 n=$3 run=$4 start inv=() extra=() log job wall
   log="$WORK/ansible-$(basename "$project")-$mode-$n-$run.log"
-  # <checkout>:nolight - the same checkout with its light calls turned off
-  case $project in *:nolight) light=0 project=${project%:nolight} ;; esac
   job="ansible-$mode-$n-$run-$RANDOM"
   if [ "$mode" = local ]; then
     extra=(-e "train_cpu_nproc=$LOCAL_NPROC")
@@ -181,7 +179,7 @@ with_ansible() {  # project mode N run -> seconds
   start=$(now)
   # /usr/bin/time: the CPU seconds of ansible-playbook and what it waited for (its workers, their ssh
   # clients; not the detached ssh ControlMasters, not the nodes' side) -> $log.cpu
-  MULTINODE_TRAINING_LIGHT_CALLS=$light ANSIBLE_CONFIG=$project/ansible.cfg /usr/bin/time -f '%U %S' -o "$log.cpu" ansible-playbook "${inv[@]}" \
+  ANSIBLE_CONFIG=$project/ansible.cfg /usr/bin/time -f '%U %S' -o "$log.cpu" ansible-playbook "${inv[@]}" \
     "$project/train.yml" --skip-tags prepare,nccl \
     "${extra[@]}" -e "train_rdzv_port=$PORT" -e "{\"train_args\": [\"$JOB_ARGS\"]}" -e train_runs_dir="$WORK/runs" \
     -e train_job_id="$job" >"$log" 2>&1 \
@@ -214,8 +212,7 @@ SSH_OPTS=(-i "$WORK/id" -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/n
 
 labels=()
 for project in $PROJECTS; do
-  label=$(git -C "${project%:nolight}" rev-parse --short HEAD 2>/dev/null || basename "${project%:nolight}")
-  case $project in *:nolight) label+=-off ;; esac
+  label=$(git -C "$project" rev-parse --short HEAD 2>/dev/null || basename "$project")
   labels+=("$label")
 done
 echo "train.yml of: $(for i in "${!labels[@]}"; do printf '%s=%s ' "${labels[$i]}" "$(echo $PROJECTS | cut -d' ' -f$((i + 1)))"; done)"

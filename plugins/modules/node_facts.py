@@ -15,7 +15,7 @@ description:
     C(ansible_all_ipv4_addresses) and C(ansible_all_ipv6_addresses), the user facts), from one
     C(ip -j -d addr show) and two C(ip -j route get) calls instead of C(setup)'s two C(ip) calls, an
     ethtool call and sysfs reads per interface.
-  - C(playbooks/train.yml) calls it as its first task (the action, see notes); it also serves as a facts module
+  - C(playbooks/train.yml) calls it as its first task; it also serves as a facts module
     (C(ansible_facts_modules)). Where C(ip) has no JSON output (iproute2 older than 4.14) it gathers with
     C(setup)'s own collectors.
   - Interface facts not needed by the collection's roles (speed, features, PCI ids) are not gathered.
@@ -24,9 +24,6 @@ author:
 options: {}
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
-notes:
-  - The action of the same name runs the three C(ip) calls and C(id) as one shell command and parses the output on
-    the controller (no python on the node); C(gather_facts) with C(ansible_facts_modules) runs this module.
 """
 
 EXAMPLES = r"""

@@ -476,12 +476,6 @@ done:
   description: Whether the job ended on this node.
   returned: state is status, or with O(follow_limit)
   type: bool
-interpreter:
-  description:
-    - The python that ran this call on the node; the action runs the job directory's C(mt_watch.py follow) with it
-      between module calls (a cheaper poll).
-  returned: with O(follow_limit), while the job runs
-  type: str
 stop_line:
   description: Why the watchers stopped the job everywhere (first failure, lost node, lease); null when they did not.
   returned: state is finished or status

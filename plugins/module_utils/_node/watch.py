@@ -424,21 +424,12 @@ def caused_by_stop(failure, stop):
 
 
 # ==================================================================================================
-# 4. Follow helpers: the controller's poll (plugins/action/torchrun.py), a python start-up per call.
+# 4. Follow helpers: what the torchrun module's long poll reads and renews (_torchrun.follow, wait).
 # ==================================================================================================
-# ``mt_watch.py follow <job dir> <seconds>``: what the controller's wait runs on the node between
-# two module calls. A module call costs about 0.3 CPU-seconds on the node (Ansible's module
-# machinery, imported from source each time); this costs a python start-up. It renews the lease,
-# waits until the window is over or something needs the module (``needs_module``), and prints the
-# node's progress (``progress``) as one JSON line. The module (state=finished) still makes every
-# decision: the end of the job, the exit barrier, the deadline, the result and the logs.
 
 WATCH_ENV = "MULTINODE_TRAINING_WATCH"
 # The supervisor sends it to the node's watcher when it recorded the job's end (_node.supervisor).
 WAKE_SIGNAL = signal.SIGURG
-# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier); the
-# same as _torchrun.agent_log.LOCAL_SUCCEEDED (this file ships alone; a unit test keeps them equal).
-LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
 
 
 def renew_lease(job_dir):
@@ -578,38 +569,6 @@ def progress(job_id, job_dir, job, now, proc="/proc"):
     return out
 
 
-def needs_module(job_dir, job, now, proc="/proc", seen=None):
-    """Why the module must look now (None: nothing yet): the job ended here (result.json), its
-    supervisor is gone, its deadline passed, or this node's workers succeeded (torchrun may sit in
-    its exit barrier, which the module ends after its grace).
-
-    ``seen`` (a dict kept across the calls of one poll): torchrun.log's tail is read again only when
-    the file's size or mtime changed since the last call, so that a poll that checks every 0.1 s
-    costs three stat calls a check, not a 16 KB read, while the job runs."""
-    if os.path.exists(os.path.join(job_dir, "result.json")):
-        return "ended"
-    pid = job.get("pid")
-    if pid and not os.path.exists(os.path.join(proc, str(pid))):
-        return "supervisor gone"
-    timeout = job.get("timeout") or 0
-    if timeout and job.get("start") and now > job["start"] + timeout + job.get("stop_grace", 15) + 30:
-        return "deadline"
-    log = os.path.join(job_dir, "torchrun.log")
-    if seen is not None:
-        try:
-            stat = os.stat(log)
-            key = (stat.st_size, stat.st_mtime_ns)
-        except OSError:
-            key = None
-        if key is not None and key == seen.get("log"):
-            return None
-        seen["log"] = key
-    tail = read_tail(log)
-    if any(line in tail for line in LOCAL_SUCCEEDED):
-        return "workers succeeded"
-    return None
-
-
 def follow_window(requested, lease):
     """Seconds one long poll (O(state=finished) with follow_limit) may wait on the node: what the
     controller asked for, at most a third of the job's lease (each call renews it once, at its
@@ -618,26 +577,6 @@ def follow_window(requested, lease):
     if lease and float(lease) > 0:
         window = min(window, float(lease) / 3.0)
     return max(0.5, window)
-
-
-def follow_light(job_dir, window, clock=time.time, sleep=time.sleep, step=0.1, proc="/proc"):
-    """One cheap long poll: renew the lease, wait at most ``window`` s (checked every ``step`` s)
-    -> the node's progress with ``attention`` (why the module must look now, or None)."""
-    job = _read_json(os.path.join(job_dir, "job.json"))
-    if not job:
-        return {"attention": "no job.json in %s" % job_dir}
-    renew_lease(job_dir)
-    conf = _read_json(os.path.join(job_dir, "watch.json")) or {}
-    end_by = clock() + follow_window(window, conf.get("lease"))
-    seen = {}
-    while True:
-        now = clock()
-        why = needs_module(job_dir, job, now, proc, seen)
-        if why or now >= end_by:
-            out = progress(job.get("job_id") or os.path.basename(job_dir), job_dir, job, now, proc)
-            out["attention"] = why
-            return out
-        sleep(min(step, max(0.0, end_by - now)))
 
 
 # ==================================================================================================
@@ -988,14 +927,11 @@ class Watcher(Hub):
 
 
 # ==================================================================================================
-# 7. main: ``mt_watch.py <job dir> [supervisor pid]`` (the watcher), ``mt_watch.py follow <job dir> <s>``.
+# 7. main: ``mt_watch.py <job dir> [supervisor pid]`` (the watcher).
 # ==================================================================================================
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "follow":
-        sys.stdout.write(json.dumps(follow_light(argv[1], float(argv[2]))) + "\n")
-        return 0
     watcher = Watcher(argv[0], argv[1] if len(argv) > 1 else None)
 
     def on_signal(_signum, _frame):

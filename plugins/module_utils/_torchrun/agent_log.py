@@ -13,8 +13,7 @@ import re
 
 _LOG_PREFIX_RE = re.compile(r"^[IWEDC]\d{4} [\d:.]+ +\d+ [^\]]+\] ?")
 _FIELD_RE = re.compile(r"^\s+(time|host|rank|exitcode|error_file|traceback)\s*:\s?(.*)$")
-# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier). The
-# watcher's copy (_node.watch.LOCAL_SUCCEEDED: that file ships alone) is kept equal by a unit test.
+# torchrun's lines when this node's workers succeeded (it may still wait in its exit barrier).
 LOCAL_SUCCEEDED = ("Local worker group finished (WorkerState.SUCCEEDED)", "worker group successfully finished")
 
 

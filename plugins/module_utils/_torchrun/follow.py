@@ -30,37 +30,6 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
 RANK_WRAPPER = "mt_rank.py"
 WATCHER = "mt_watch.py"
 SAMPLER = "mt_sample.py"  # the job report's per-rank sampler (_node.sampler), loaded by the rank wrapper
-# The controller's light polls (``light_poll_argv``) run the job directory's watcher file through
-# this loader, never as ``python <job dir>/mt_watch.py``. The job's account owns the job directory
-# and could replace any file in it (or put a ``json.py`` beside the watcher, first on sys.path): run
-# as the play's become user, that would be its code as root. The loader opens the file without
-# following a link, and runs it with the rights of the file's owner - root drops to the account
-# whose file it is (no supplementary groups); anyone else runs only their own file or root's - in
-# isolated mode (-I: no script directory, current directory or PYTHON* variables on the path). A
-# root-owned file that others may write or with another name (a hard link the account made to it),
-# a symbolic link or someone else's file ends the poll with rc 3
-# (the action goes on with module calls, which run no file of the job directory).
-LIGHT_LOADER = """import os, sys
-path = sys.argv[1]
-try:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    st = os.fstat(fd)
-except OSError as exc:
-    print("refused %s: %s" % (path, exc), file=sys.stderr)
-    sys.exit(3)
-if os.geteuid() == 0 and st.st_uid != 0:
-    os.setgroups([])
-    os.setgid(st.st_gid)
-    os.setuid(st.st_uid)
-elif st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022 or st.st_nlink != 1:
-    print("refused %s: owner uid %d, mode %o, %d link(s)" % (path, st.st_uid, st.st_mode & 0o7777, st.st_nlink),
-          file=sys.stderr)
-    sys.exit(3)
-with os.fdopen(fd, "rb") as handle:
-    code = compile(handle.read(), path, "exec")
-sys.argv = sys.argv[1:]
-exec(code, {"__name__": "__main__", "__file__": path})
-"""
 
 
 def watch_conf(params, job_id, host):
@@ -183,12 +152,6 @@ def wait_args(args):
         if args.get(key) is not None:
             waited[key] = args[key]
     return waited
-
-
-def light_poll_argv(python, job_dir):
-    """The argv of a light poll (``mt_watch.py follow <job dir>``, the window appended) through
-    LIGHT_LOADER: with the rights of the watcher file's owner, never as root for the account's file."""
-    return [python, "-I", "-c", LIGHT_LOADER, os.path.join(job_dir, WATCHER), "follow", job_dir]
 
 
 def next_window(now, next_print, longest, first=False):

@@ -3,8 +3,8 @@
 """The torchrun module's logic: start, wait for, follow, stop one job on this node.
 
 plugins/modules/torchrun.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``; the action
-plugin (plugins/action/torchrun.py) runs this file's ``run_module`` as a light call too. ``run_module`` picks
-what O(state) asks for; the work is in the files beside this one, each a concern:
+plugin (plugins/action/torchrun.py) calls that module. ``run_module`` picks what O(state) asks for; the work is
+in the files beside this one, each a concern:
 
 - start.py: check, plan and start the job (supervisor, watcher); jobdir.py: the job directory it makes;
   firewall.py: the job's firewall guard; proc.py: the job's processes (spawn, find, stop);

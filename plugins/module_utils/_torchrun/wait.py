@@ -10,7 +10,6 @@ O(state=stopped).
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import follow_window, job_done, read_tail
@@ -142,8 +141,7 @@ def follow(module, job_id, job_dir, job, result, host):
     ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"])
     if not ended:
         result.update(status(job_id, job_dir, job, renew=False))
-        # The controller's next polls run the watcher file with this python (``mt_watch.py follow``).
-        result.update(done=False, interpreter=sys.executable)
+        result["done"] = False
         module.exit_json(**result)
     result["done"] = True
     finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)

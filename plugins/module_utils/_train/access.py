@@ -419,8 +419,8 @@ ARGUMENT_SPEC = dict(
 
 
 def run_module(module):
-    """The module train_access: ``module`` is an AnsibleModule (plugins/modules/train_access.py) or a
-    _node.light.LightModule (its action's light call); answers through exit_json / fail_json.
+    """The module train_access: ``module`` is the AnsibleModule of plugins/modules/train_access.py;
+    answers through exit_json / fail_json.
 
     ``fail_on_problems`` fails with the problems (``node: problem; problem``) instead of returning
     them, so that the play needs no assert task per node after the call."""

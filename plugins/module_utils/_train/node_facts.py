@@ -166,58 +166,6 @@ def user_facts():
             "ansible_real_group_id": os.getgid(), "ansible_effective_group_id": os.getegid()}
 
 
-# ------------------------------------------------- one shell command, no python on the node
-# The action (plugins/action/node_facts.py) runs SCRIPT through the connection: the three ip calls
-# and the user's ids, each section closed by a MARK line with its exit code. A static script: nothing
-# of the play is interpolated into it. getpass's order names the user (LOGNAME, USER, LNAME,
-# USERNAME, then the effective uid's name), as setup does.
-MARK = "@@multinode.training.node_facts@@"
-SCRIPT = "; ".join([
-    "ip -j -d addr show", 'echo "%s $?"' % MARK,
-    "ip -j -4 route get %s 2>/dev/null" % ROUTE_TARGETS[4], 'echo "%s $?"' % MARK,
-    "ip -j -6 route get %s 2>/dev/null" % ROUTE_TARGETS[6], 'echo "%s $?"' % MARK,
-    'u="${LOGNAME:-${USER:-${LNAME:-${USERNAME:-$(id -un)}}}}"',
-    'echo "$u"; id -u; id -g; id -ru; id -rg; getent passwd "$u" || getent passwd "$(id -u)"',
-    'echo "%s $?"' % MARK,
-])
-
-
-def raw_facts(stdout):
-    """SCRIPT's output -> the same facts as ``network_facts`` + ``user_facts`` on the node."""
-    sections, current = [], []
-    for line in (stdout or "").splitlines():
-        if line.startswith(MARK):
-            try:
-                rc = int(line[len(MARK):].strip())
-            except ValueError:
-                raise NodeFactsError("node_facts: a section without its exit code")
-            sections.append((rc, "\n".join(current)))
-            current = []
-        else:
-            current.append(line)
-    if len(sections) != 4:
-        raise NodeFactsError("node_facts: %d of 4 sections in the output" % len(sections))
-    (addr_rc, addr), (rc4, route4), (rc6, route6), (user_rc, user) = sections
-    if addr_rc != 0:
-        raise NodeFactsError("ip -j -d addr show exited %d" % addr_rc)
-    facts = network_facts(addr, route4 if rc4 == 0 else None, route6 if rc6 == 0 else None)
-    lines = user.splitlines()
-    if len(lines) < 5:
-        raise NodeFactsError("node_facts: the user's ids could not be read")
-    try:
-        euid, egid, ruid, rgid = [int(value) for value in lines[1:5]]
-    except ValueError:
-        raise NodeFactsError("node_facts: ids that are not numbers")
-    entry = lines[5].split(":") if user_rc == 0 and len(lines) > 5 else []
-    if len(entry) < 7:
-        raise NodeFactsError("node_facts: no passwd entry for %s" % lines[0])
-    facts.update({"ansible_user_id": lines[0], "ansible_user_uid": int(entry[2]), "ansible_user_gid": int(entry[3]),
-                  "ansible_user_gecos": entry[4], "ansible_user_dir": entry[5], "ansible_user_shell": entry[6],
-                  "ansible_real_user_id": ruid, "ansible_effective_user_id": euid,
-                  "ansible_real_group_id": rgid, "ansible_effective_group_id": egid})
-    return facts
-
-
 ARGUMENT_SPEC = {}
 
 

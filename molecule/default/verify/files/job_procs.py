@@ -22,7 +22,6 @@ A process is the job's when it has one of these (``kinds``):
 - ``agent``: torchrun (``-m torch.distributed.run``, or a ``torchrun`` executable)
 - ``rank``: the rank wrapper ``<job dir>/mt_rank.py`` in its argv
 - ``watcher``: ``<job dir>/mt_watch.py <job dir> <supervisor pid>``
-- ``poll``: the controller's light poll, ``... mt_watch.py follow <job dir> <window>``
 - ``keeper``: the firewall keeper (root): ``<python> -I -c <source> keep <nft> <pid>
   <job dir>/result.json <ttl> "flush set inet mt_<...> guard ..." ...``
 - ``marked``: MULTINODE_TRAINING_JOB=, MULTINODE_TRAINING_JOB_DIR= or MULTINODE_TRAINING_WATCH= in
@@ -122,8 +121,7 @@ def kinds_of(argv, env, paths):
     if "mt_rank.py" in names:
         kinds.append("rank")
     if "mt_watch.py" in names:
-        after = argv[names.index("mt_watch.py") + 1:]
-        kinds.append("poll" if after[:1] == ["follow"] else "watcher")
+        kinds.append("watcher")
     if "keep" in argv and any(" inet mt_" in a for a in argv):
         kinds.append("keeper")
     if any(e.startswith(MARKERS) for e in env):

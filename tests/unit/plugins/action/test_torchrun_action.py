@@ -14,35 +14,29 @@ START = {"state": "started", "script": "/c/train.py", "args": ["--steps", "2"], 
 
 
 class _Action(object):
-    """What _start_and_follow asks of the action: the follow loop (recorded, answering ``waited``)."""
+    """What _start_and_follow asks of the action: the module call (recorded, answering ``started``) and
+    the follow loop (recorded, answering ``waited``)."""
 
-    def __init__(self, waited):
+    def __init__(self, started, waited):
+        self.started = started
         self.waited = waited
+        self.made = []
         self.followed = []
+
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None):
+        self.made.append((module_name, module_args))
+        return dict(self.started)
 
     def _follow(self, args, poll, collect_to, task_vars, first=True):
         self.followed.append((args, poll, collect_to, first))
         return dict(self.waited)
 
 
-@pytest.fixture
-def calls(monkeypatch):
-    made = []
-
-    def answer(started):
-        def run_module(_action, module, entry, args, task_vars):
-            made.append((module, args))
-            return dict(started)
-        monkeypatch.setattr(action, "run_module", run_module)
-        return made
-    return answer
-
-
-def test_a_started_job_is_waited_for_in_the_same_task(calls):
-    made = calls({"changed": True, "pid": 42, "job_dir": "/var/log/mt/job-1"})
-    node = _Action({"changed": False, "rc": 0, "done": True, "collected": True})
+def test_a_started_job_is_waited_for_in_the_same_task():
+    node = _Action({"changed": True, "pid": 42, "job_dir": "/var/log/mt/job-1"},
+                   {"changed": False, "rc": 0, "done": True, "collected": True})
     out = action.ActionModule._start_and_follow(node, dict(START), 15.0, "/runs/job-1/n1", {})
-    assert made == [("multinode.training.torchrun", START)]
+    assert node.made == [("multinode.training.torchrun", START)]
     # the wait: the same job, log directory, timeout and stop grace - nothing of the start's job options;
     # not a short first poll (the start's answer made the first progress line)
     assert node.followed == [({"state": "finished", "job_id": "job-1", "log_dir": "/var/log/mt", "timeout": 600,
@@ -56,9 +50,8 @@ def test_a_started_job_is_waited_for_in_the_same_task(calls):
     {"skipped": True},
     {"changed": False, "msg": "no pid: nothing runs"},
 ])
-def test_a_start_that_failed_or_left_no_job_is_the_task_s_result(calls, started):
-    calls(started)
-    node = _Action({"changed": False, "done": True})
+def test_a_start_that_failed_or_left_no_job_is_the_task_s_result(started):
+    node = _Action(started, {"changed": False, "done": True})
     assert action.ActionModule._start_and_follow(node, dict(START), 15.0, None, {}) == started
     assert node.followed == []
 
@@ -78,11 +71,11 @@ def test_the_started_line_names_the_job_its_pid_ranks_and_logs():
 
 
 class _Polled(object):
-    """What _follow asks of the action, with light polls that answer from ``answers`` (recording the
-    windows asked for) and no node."""
+    """What _follow asks of the action: module calls that answer from ``answers`` (recording the windows
+    asked for; an exception is raised) and no node."""
 
     _progress = staticmethod(action.ActionModule._progress)
-    _module_poll = action.ActionModule._module_poll
+    _poll = action.ActionModule._poll
 
     def __init__(self, answers):
         self.answers = list(answers)
@@ -95,12 +88,13 @@ class _Polled(object):
             _shell = _Shell()
         self._connection = _Conn()
 
-    def _light_argv(self, task_vars, args):
-        return ["python3", "/j/mt_watch.py", "follow", "/j"]
-
-    def _light_poll(self, light, window):
-        self.windows.append(window)
-        return self.answers.pop(0)
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None):
+        assert module_name == "multinode.training.torchrun"
+        self.windows.append(module_args["follow_limit"])
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return dict(answer)
 
     def _remove_tmp_path(self, path):
         pass
@@ -110,22 +104,27 @@ class _Polled(object):
     (True, [1.0, 15.0]),    # attach: a short first poll, whose progress is the first line
     (False, [15.0, 15.0]),  # after a start (which printed the first line): up to the next line at once
 ])
-def test_the_first_window_is_short_only_without_a_started_line(monkeypatch, first, windows):
-    monkeypatch.setattr(action, "run_module", lambda *a: {"done": True, "rc": 0})
-    node = _Polled([{"progress": "p", "attention": None}, {"progress": "p", "attention": "ended"}])
+def test_the_first_window_is_short_only_without_a_started_line(first, windows):
+    node = _Polled([{"progress": "p", "done": False}, {"done": True, "rc": 0}])
     assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}, first=first) == {
         "done": True, "rc": 0}
     assert [round(w) for w in node.windows] == windows
 
 
-def test_a_node_lost_during_a_module_poll_is_a_failed_wait_not_an_unreachable_host(monkeypatch):
+def test_a_call_that_died_without_an_answer_is_polled_once_more():
+    lost = {"failed": True, "module_stdout": "", "msg": "MODULE FAILURE"}
+    node = _Polled([lost, {"done": True, "rc": 0}])
+    assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}) == {"done": True, "rc": 0}
+    node = _Polled([lost, lost])
+    assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}) == lost
+    assert len(node.windows) == 2
+
+
+def test_a_node_lost_during_a_poll_is_a_failed_wait_not_an_unreachable_host():
     from ansible.errors import AnsibleConnectionFailure
 
-    def lost(*_args):
-        raise AnsibleConnectionFailure("container gone")
-
-    monkeypatch.setattr(action, "run_module", lost)
-    node = _Polled([None])  # the light poll cannot run: the module polls
+    gone = AnsibleConnectionFailure("container gone")
+    node = _Polled([gone, gone])
     out = action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {"inventory_hostname": "n2"})
     assert out["failed"] is True and "done" not in out
     assert out["msg"] == "lost the connection to n2 during the wait: container gone"

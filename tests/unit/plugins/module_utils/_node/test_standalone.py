@@ -7,9 +7,9 @@ import os
 import shutil
 import sys
 
-from ansible_collections.multinode.training.plugins.module_utils._node import light
+from ansible_collections.multinode.training.plugins.module_utils._node import watch
 
-NODE_DIR = os.path.dirname(os.path.abspath(light.__file__))
+NODE_DIR = os.path.dirname(os.path.abspath(watch.__file__))
 
 
 def foreign_imports(folder):

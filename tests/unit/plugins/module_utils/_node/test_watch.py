@@ -386,14 +386,6 @@ def test_wake_watcher_waits_out_the_empty_environment_right_after_an_exec(tmp_pa
     assert sent == [(4242, w.WAKE_SIGNAL)]
 
 
-def test_local_succeeded_lines_are_torchruns():
-    """The watcher (shipped alone) and the module's reading of torchrun's log (_torchrun.agent_log) read the same lines."""
-    from ansible_collections.multinode.training.plugins.module_utils._torchrun import agent_log
-
-    assert w.LOCAL_SUCCEEDED == agent_log.LOCAL_SUCCEEDED
-    assert agent_log.local_workers_succeeded("x\n%s\n" % w.LOCAL_SUCCEEDED[0])
-
-
 def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_path):
     """mt_watch.py, mt_rank.py and supervisor.py run from the job directory; _node/torchrun.py and
     supervisor.py run beside slurm_node.py on Slurm nodes: each must import on its own, in an
@@ -413,83 +405,6 @@ def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_pat
         done = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, %r); import shipped" % str(alone)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
         assert done.returncode == 0, (module.__name__, done.stdout.decode())
-
-
-def _light_job(tmp_path, log="I agent started\n"):
-    (tmp_path / "job.json").write_text(json.dumps({"job_id": "job-1", "pid": os.getpid(), "start": 100.0,
-                                                   "timeout": 0}))
-    (tmp_path / "watch.json").write_text(json.dumps({"lease": 60}))
-    (tmp_path / "lease").write_text("")
-    (tmp_path / "torchrun.log").write_text(log)
-    return str(tmp_path)
-
-
-def test_needs_module_says_why(tmp_path):
-    job_dir = _light_job(tmp_path)
-    job = json.loads((tmp_path / "job.json").read_text())
-    assert w.needs_module(job_dir, job, 101.0) is None
-    assert w.needs_module(job_dir, dict(job, pid=2 ** 22 + 7), 101.0) == "supervisor gone"
-    assert w.needs_module(job_dir, dict(job, timeout=10, stop_grace=5), 146.0) == "deadline"
-    assert w.needs_module(job_dir, dict(job, timeout=10, stop_grace=5), 144.0) is None
-    (tmp_path / "torchrun.log").write_text("I ... [default] worker group successfully finished. Waiting\n")
-    assert w.needs_module(job_dir, job, 101.0) == "workers succeeded"
-    (tmp_path / "result.json").write_text("{}")
-    assert w.needs_module(job_dir, job, 101.0) == "ended"
-
-
-def test_needs_module_reads_the_log_again_only_when_it_changed(tmp_path, monkeypatch):
-    job_dir = _light_job(tmp_path)
-    job = json.loads((tmp_path / "job.json").read_text())
-    reads = []
-    real = w.read_tail
-    monkeypatch.setattr(w, "read_tail", lambda path, size=16384: reads.append(path) or real(path, size))
-    seen = {}
-    for _check in range(5):
-        assert w.needs_module(job_dir, job, 101.0, seen=seen) is None
-    assert len(reads) == 1
-    with open(os.path.join(job_dir, "torchrun.log"), "a") as handle:
-        handle.write("I ... Local worker group finished (WorkerState.SUCCEEDED). Waiting 300 seconds\n")
-    assert w.needs_module(job_dir, job, 101.0, seen=seen) == "workers succeeded"
-    assert len(reads) == 2
-    # without ``seen`` (the module's own checks), every call reads the log
-    assert w.needs_module(job_dir, job, 101.0) == "workers succeeded"
-    assert len(reads) == 3
-
-
-def test_follow_light_waits_the_window_then_reports_progress(tmp_path):
-    job_dir = _light_job(tmp_path)
-    os.utime(os.path.join(job_dir, "lease"), (1, 1))
-    clock = [1000.0]
-    naps = []
-
-    def sleep(seconds):
-        naps.append(seconds)
-        clock[0] += seconds
-
-    out = w.follow_light(job_dir, 2.0, clock=lambda: clock[0], sleep=sleep)
-    assert out["attention"] is None and out["done"] is False
-    assert abs(sum(naps) - 2.0) < 1e-6 and max(naps) <= 0.1 + 1e-9
-    assert os.path.getmtime(os.path.join(job_dir, "lease")) > 1
-    assert out["progress"].startswith("job-1: running, 0 rank(s) running")
-
-
-def test_follow_light_returns_when_the_workers_succeed_mid_window(tmp_path):
-    job_dir = _light_job(tmp_path)
-    clock = [1000.0]
-
-    def sleep(seconds):
-        clock[0] += seconds
-        if clock[0] > 1000.55:
-            with open(os.path.join(job_dir, "torchrun.log"), "a") as handle:
-                handle.write("I ... [default] worker group successfully finished. Waiting 300 seconds\n")
-
-    out = w.follow_light(job_dir, 10.0, clock=lambda: clock[0], sleep=sleep)
-    assert out["attention"] == "workers succeeded"
-    assert clock[0] < 1000.8
-
-
-def test_follow_light_without_a_job(tmp_path):
-    assert w.follow_light(str(tmp_path), 1.0)["attention"].startswith("no job.json in ")
 
 
 def _hub_answering(stop):

@@ -80,7 +80,7 @@ def test_throttled_job_names_node2_the_slowest_so_far(tmp_path):
 
 @pytest.mark.parametrize("name", ["slow", "slow_long"])
 def test_throttled_job_polled_every_second_never_names_node1(tmp_path, name):
-    # one poll a second (the light polls): a line that names a node names node2; the short job (12 s of
+    # one poll a second (a short progress interval): a line that names a node names node2; the short job (12 s of
     # steps) is over before LIVE_MIN_SECONDS and names nobody
     named = []
     _replay(tmp_path, name, every=1.0, named=named)

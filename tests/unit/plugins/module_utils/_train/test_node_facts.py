@@ -91,48 +91,6 @@ def test_user_facts_are_this_process():
     assert facts["ansible_user_id"]
 
 
-# ------------------------------------------------------------------ the action's one shell command
-
-def test_the_action_script_output_gives_the_same_facts(facts):
-    """raw_output.txt: _train.node_facts.SCRIPT run in the same namespace as root (no route for IPv6)."""
-    raw = nf.raw_facts(_read("raw_output.txt"))
-    assert {k: v for k, v in raw.items() if k in facts} == facts
-    assert raw["ansible_user_id"] == "root" and raw["ansible_user_uid"] == 0 and raw["ansible_user_dir"] == "/root"
-    assert raw["ansible_effective_user_id"] == 0 and raw["ansible_user_shell"] == "/bin/bash"
-
-
-def test_the_script_holds_no_value_of_the_play():
-    """A static command: the same text whatever the inventory says (nothing interpolated)."""
-    assert "{{" not in nf.SCRIPT and "%" not in nf.SCRIPT.replace("%s", "")
-
-
-@pytest.mark.parametrize("mutate, message", [
-    (lambda text: text.replace(nf.MARK + " 0", nf.MARK + " 127", 1), "exited 127"),   # no ip
-    (lambda text: text.split(nf.MARK)[0], "sections"),                                  # cut short
-    (lambda text: text.replace("root:x:0:0:root:/root:/bin/bash", ""), "passwd"),       # no passwd entry
-    (lambda text: text.replace("\n0\n0\n", "\nx\n0\n", 1), "not numbers"),
-])
-def test_output_the_action_cannot_read_sends_it_to_the_module(mutate, message):
-    with pytest.raises(nf.NodeFactsError, match=message):
-        nf.raw_facts(mutate(_read("raw_output.txt")))
-
-
-def test_the_script_on_this_machine_gives_what_the_module_code_gives():
-    """The script run here, parsed, equals the module's own code (network_facts + user_facts) here."""
-    import subprocess
-
-    out = subprocess.run(["/bin/sh", "-c", nf.SCRIPT], stdout=subprocess.PIPE, check=True).stdout.decode()
-    addr = subprocess.run(["ip", "-j", "-d", "addr", "show"], stdout=subprocess.PIPE, check=True).stdout.decode()
-    route = subprocess.run(["ip", "-j", "-4", "route", "get", "8.8.8.8"], stdout=subprocess.PIPE,
-                           check=False).stdout.decode()
-    raw = nf.raw_facts(out)
-    expected = nf.network_facts(addr, route or None, None)
-    expected.update(nf.user_facts())
-    for key in ("ansible_interfaces", "ansible_default_ipv4", "ansible_user_id", "ansible_user_uid",
-                "ansible_effective_user_id", "ansible_all_ipv4_addresses"):
-        assert raw[key] == expected[key], key
-
-
 class _IpModule(object):
     """The members run_module uses: ip's answers from the recorded netns, or no ip at all."""
 
