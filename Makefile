@@ -7,8 +7,8 @@ BIN := $(VENV)/bin
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-# Scenarios are picked up from molecule/*/molecule.yml (`default` is the 3-node launch
-# cluster with one verify step per concern); override to run a subset:
+# Scenarios are picked up from molecule/*/molecule.yml (`default` and `launch_diagnosis`
+# are the 3-node launch cluster, each with its verify steps); override to run a subset:
 #   make molecule SCENARIOS="toolchain deepspeed_build"
 # Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))

@@ -5,8 +5,10 @@
 # MOLECULE_STREAMS (default 2) scenarios run at once: a scenario spends most of its
 # time waiting on containers (package installs, module round trips, jobs that sleep),
 # so two streams finish the set in about two thirds of the time on 2 cores. The longest
-# scenarios are dealt out first (weights below: seconds of a warm run), each to the
-# stream with the least work so far. Every scenario logs to its own file, printed whole
+# scenarios are dealt out first (weights below: seconds of a cold run on the 2-core test
+# host beside another scenario), each to the stream with the least work so far. The
+# launch cluster's steps are two scenarios (default, launch_diagnosis) so that neither
+# stream carries all of it. Every scenario logs to its own file, printed whole
 # when it ends, so the output of two scenarios never interleaves. Container names are
 # per scenario (molecule.yml), so scenarios never share a container.
 set -uo pipefail
@@ -22,8 +24,9 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 1500 ;; deepspeed_build) echo 600 ;; launch_slurm) echo 340 ;;
-    wheel_distribute) echo 300 ;; toolchain | nccl_tuning) echo 80 ;; *) echo 300 ;;
+    default) echo 1740 ;; launch_diagnosis) echo 1430 ;; launch_slurm) echo 700 ;;
+    deepspeed_build) echo 610 ;; wheel_distribute) echo 300 ;;
+    toolchain | nccl_tuning) echo 80 ;; *) echo 300 ;;
   esac
 }
 
@@ -56,7 +59,7 @@ run_one() {  # scenario -> its log file, then its result line; returns molecule'
 pids=()
 for ((i = 0; i < streams; i++)); do
   [ -n "${plan[i]}" ] || continue
-  echo "=== molecule stream $((i + 1)): ${plan[i]}"
+  echo "=== molecule stream $((i + 1)) (about ${load[i]} s): ${plan[i]}"
   (for s in ${plan[i]}; do run_one "$s"; done; exit 0) &
   pids+=($!)
 done

@@ -1,6 +1,6 @@
 """roles/train/files/fabric_probe.py: how the passes of the compute measure combine.
 
-The probe itself (torch.distributed, gloo) runs for real in molecule/default/verify/fabric_gate.yml
+The probe itself (torch.distributed, gloo) runs for real in molecule/launch_diagnosis/verify/fabric_gate.yml
 and launch_slurm; here the rule that keeps each device's best pass, on figures of the kind recorded on
 the 2-core test host (three equal nodes' matmuls sharing two cores: 22, 10.2 and 9.53 GFLOP/s in one pass).
 """
