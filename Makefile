@@ -13,7 +13,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
-.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build molecule clean
+.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build gpu-bundle molecule clean
 
 ## demo: create .venv, then run the main job on the embedded default (this machine):
 ## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
@@ -21,7 +21,7 @@ demo: venv
 	$(BIN)/ansible-playbook build_deepspeed.yml
 	$(BIN)/ansible-playbook train.yml
 
-## test: everything the tests need, then all tests: lint sanity unit badinput wheel
+## test: everything the tests need, then all tests: lint sanity unit badinput gpu-bundle wheel
 ## molecule one after another, cuda-build beside them (scripts/run_tests.sh).
 test: venv-test harness
 	MAKE="$(MAKE)" bash scripts/run_tests.sh
@@ -70,8 +70,14 @@ wheel: venv
 cuda-build: venv
 	bash scripts/check_cuda_build.sh
 
+## gpu-bundle: .gpu/, what the borrowed GPU machine lacks for scripts/gpu_check.sh (CPython 3.12
+## wheels, DeepSpeed's source, community.general), then the offline check that it is complete.
+gpu-bundle: venv
+	$(BIN)/python scripts/gpu_bundle.py build .gpu
+	$(BIN)/python scripts/gpu_bundle.py check .gpu
+
 molecule: venv-test harness
 	bash scripts/run_molecule.sh $(SCENARIOS)
 
 clean:
-	rm -rf $(VENV) .cache dist runs
+	rm -rf $(VENV) .cache .gpu dist runs

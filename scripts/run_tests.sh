@@ -19,7 +19,7 @@ $MAKE --no-print-directory cuda-build >"$log" 2>&1 &
 cuda=$!
 echo "=== cuda-build: started in the background (log printed when it ends)"
 failed=()
-for step in lint sanity unit badinput wheel molecule; do
+for step in lint sanity unit badinput gpu-bundle wheel molecule; do
   echo "=== make $step"
   $MAKE --no-print-directory "$step" 2>&1 | tee "$steps/$step.log" || failed+=("$step")
 done
