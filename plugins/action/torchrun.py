@@ -30,8 +30,9 @@ from ansible.errors import AnsibleConnectionFailure
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import LOG_DIR
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import unpack_job_archive
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import next_window, started_line, wait_args
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, next_window, started_line, wait_args
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live, ratio_of
 
 display = Display()
@@ -41,7 +42,6 @@ MODULE = "multinode.training.torchrun"
 # the start of a poll, so the window does not delay the nodes' end of a job whose ansible-playbook was
 # killed; it only bounds how long the orphaned worker lingers.
 LONGEST_WINDOW = 30.0
-DEFAULT_LOG_DIR = "/var/log/multinode-training"
 
 
 class ActionModule(ActionBase):
@@ -51,7 +51,7 @@ class ActionModule(ActionBase):
         result = super(ActionModule, self).run(tmp, task_vars)
         args = dict(self._task.args)
         follow = args.pop("follow", False)
-        poll = float(args.pop("poll", 10) or 10)
+        poll = float(args.pop("poll", POLL) or POLL)
         collect_to = args.pop("collect_to", None)
         state = args.get("state", "finished")
         if not (follow and state in ("started", "finished")) or self._task.check_mode:
@@ -83,7 +83,7 @@ class ActionModule(ActionBase):
         result = {}
         host = task_vars.get("inventory_hostname") if task_vars else None
         if collect_to:
-            args["archive"] = os.path.join(args.get("log_dir") or DEFAULT_LOG_DIR,
+            args["archive"] = os.path.join(args.get("log_dir") or LOG_DIR,
                                            "%s.%s.logs.tgz" % (args.get("job_id") or args.get("rdzv_id"), host))
         parent = os.getppid()
         try:

@@ -35,6 +35,9 @@ STOP_GRACE = 15
 # The training venv when the caller names none (the torchrun module's venv, slurm_job's python inside
 # it); train_venv in roles/train/defaults/main.yml mirrors it.
 VENV = "/opt/multinode-training/venv"
+# Where the job directories go on a node when the caller names none (the torchrun module's log_dir);
+# train_log_dir in roles/train/defaults/main.yml mirrors it.
+LOG_DIR = "/var/log/multinode-training"
 # Errors a rank raises because *another* rank died first: never the root cause
 # when a first-hand failure exists at (about) the same time.
 PEER_ERROR_RE = re.compile(

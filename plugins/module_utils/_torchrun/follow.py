@@ -30,6 +30,9 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
 RANK_WRAPPER = "mt_rank.py"
 WATCHER = "mt_watch.py"
 SAMPLER = "mt_sample.py"  # the job report's per-rank sampler (_node.sampler), loaded by the rank wrapper
+# Seconds between a followed wait's progress lines when the task gives none (the torchrun module's
+# poll, which the action reads).
+POLL = 10
 
 
 def watch_conf(params, job_id, host):

@@ -21,6 +21,7 @@ import os
 import socket
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
+    LOG_DIR,
     STOP_GRACE,
     VENV,
     TorchrunError,
@@ -29,7 +30,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
 )
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import status
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import job_alive
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import start
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import follow, stop, wait
@@ -55,7 +56,7 @@ ARGUMENT_SPEC = dict(
     venv=dict(type="path", default=VENV),
     python=dict(type="path"),
     chdir=dict(type="path"),
-    log_dir=dict(type="path", default="/var/log/multinode-training"),
+    log_dir=dict(type="path", default=LOG_DIR),
     tee=dict(type="bool", default=False),
     timeout=dict(type="int", default=0),
     stop_grace=dict(type="int", default=STOP_GRACE),
@@ -67,7 +68,7 @@ ARGUMENT_SPEC = dict(
     firewall_ttl=dict(type="int", default=60),
     # follow/poll are the action plugin's (plugins/action/torchrun.py); watch: _torchrun.follow.
     follow=dict(type="bool", default=False),
-    poll=dict(type="int", default=10),
+    poll=dict(type="int", default=POLL),
     step_pattern=dict(type="str", default=""),
     straggler_ratio=dict(type="float", default=straggler.RATIO),
     # Set by the action for each long poll of a followed wait, and where the job directory's archive

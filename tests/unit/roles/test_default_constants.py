@@ -19,6 +19,7 @@ MIRRORS = {
     "train_stop_grace": torchrun.STOP_GRACE,
     "train_connect_timeout": preflight.CONNECT_TIMEOUT,
     "train_venv": torchrun.VENV,
+    "train_log_dir": torchrun.LOG_DIR,
 }
 
 
