@@ -14,7 +14,7 @@ What is measured
 
   "added time of a requirements change" is the `change` row; `rerun` is what an unchanged
   requirement set costs on every later train.yml. The resolution alone (controller, the module
-  wheel_requirements_lock) is timed separately in the first and the second run, from the Ansible
+  wheel_distribute (lock)) is timed separately in the first and the second run, from the Ansible
   profile of that task.
 
 The wheel and manifest are copied from dist/ into a temporary directory (the lock and the downloaded

@@ -19,9 +19,9 @@ def package_set_diff(sets):
 
 
 def package_lock_problems(probes, venv="", lock=None, requirements=None):
-    """{node: train_probe result} -> ['node1: the venv ... does not hold ...: pkg: ...', ...]."""
+    """{node: train_node (probe) result} -> ['node1: the venv ... does not hold ...: pkg: ...', ...]."""
     if not isinstance(probes, dict):
-        raise AnsibleFilterError("package_lock_problems expects {node: train_probe result}, got %s"
+        raise AnsibleFilterError("package_lock_problems expects {node: train_node (probe) result}, got %s"
                                  % type(probes).__name__)
     packages = {str(node): [str(s) for s in ((probe or {}).get("environment") or {}).get("packages") or []]
                 for node, probe in probes.items() if ((probe or {}).get("environment") or {}).get("packages")}

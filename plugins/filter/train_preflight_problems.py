@@ -9,9 +9,9 @@ from ansible_collections.multinode.training.plugins.module_utils._train.prefligh
 
 
 def train_preflight_problems(probes, hosts, first, venv="", require_deepspeed=True, interface=""):
-    """{node: train_probe result} -> problem lines."""
+    """{node: train_node (probe) result} -> problem lines."""
     if not isinstance(probes, dict):
-        raise AnsibleFilterError("train_preflight_problems expects {node: train_probe result}, got %s"
+        raise AnsibleFilterError("train_preflight_problems expects {node: train_node (probe) result}, got %s"
                                  % type(probes).__name__)
     return compare(probes, list(hosts), first, venv, bool(require_deepspeed), interface or "")
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Role deepspeed_build's decisions: where the source is, the build key, whether the wheel exists.
 
-Pure functions over paths and plain data (stdlib only), used by module deepspeed_build_probe
+Pure functions over paths and plain data (stdlib only), used by module deepspeed_build (probe)
 on the build host and unit-tested on temporary trees and recorded manifests.
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The toolchain_gcc_plan module's round trip: the C++ standard, nvcc, the gcc versions apt offers, the
+"""Module deepspeed_build's gcc_plan step, one round trip: the C++ standard, nvcc, the gcc versions apt offers, the
 gcc to install, and (with probe) what the toolchain role would change.
 
-plugins/modules/toolchain_gcc_plan.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``.
+plugins/modules/deepspeed_build.py documents it and runs ``run_module`` as its gcc_plan step (module_utils/_stepped.py).
 The decisions are _build/toolchain.py's; nvcc is probed by _build/nvcc.py.
 """
 from __future__ import annotations

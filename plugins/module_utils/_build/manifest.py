@@ -2,9 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The wheel manifest (docs/manifest.md): schema, read, validate, write. One place.
 
-Written by the build (module deepspeed_wheel_manifest), read by the build's own
-no-change probe and fetch check (deepspeed_build_probe, deepspeed_dist_check), by
-wheel_distribute (wheel_dist_source) and by the validator (_validate.rules).
+Written by the build (module deepspeed_build (manifest)), read by the build's own
+no-change probe and fetch check (deepspeed_build (probe), deepspeed_build (dist_check)), by
+wheel_distribute (wheel_distribute (source)) and by the validator (_validate.rules).
 Pure Python, stdlib only: runs on the controller and on the build host.
 """
 from __future__ import annotations

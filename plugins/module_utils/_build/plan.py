@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """How a DeepSpeed wheel is built on this host: accelerator, arch list, ops, CPU target, compiler.
 
-The logic of module deepspeed_build_plan, shared with deepspeed_build_probe (which plans once
+The logic of module deepspeed_build's plan step, shared with its probe step (which plans once
 per build and decides from it whether the wheel for these inputs exists already).
 """
 from __future__ import annotations
@@ -89,7 +89,7 @@ ARGUMENT_SPEC = dict(
 
 
 def defaults():
-    """The parameters with ARGUMENT_SPEC's defaults (for callers other than deepspeed_build_plan)."""
+    """The parameters with ARGUMENT_SPEC's defaults (for callers other than the plan step, such as the probe)."""
     return dict((k, v.get("default")) for k, v in ARGUMENT_SPEC.items())
 
 
@@ -185,3 +185,8 @@ def plan(module, p):
         env.update(_deepspeed_ops.build_env(ops["ops"]))
         result.update(ops)
     return result
+
+
+def run_module(module):
+    """The plan step of module deepspeed_build: the plan of ``module.params`` as the result."""
+    module.exit_json(**plan(module, module.params))

@@ -1,9 +1,9 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The deepspeed_build_probe module's round trip: the build host's python, torch, source, plan and key,
+"""Module deepspeed_build's probe step, one round trip: the build host's python, torch, source, plan and key,
 and whether the wheel (and its wheelhouse) for that key is already built.
 
-plugins/modules/deepspeed_build_probe.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``.
+plugins/modules/deepspeed_build.py documents it and runs ``run_module`` as its probe step (module_utils/_stepped.py).
 The decisions are _build/deepspeed.py (source, key, existing wheel), _build/torch_info.py and _build/plan.py.
 """
 from __future__ import annotations

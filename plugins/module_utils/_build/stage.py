@@ -1,6 +1,6 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Modules deepspeed_build_stage, deepspeed_dist_check and deepspeed_dist_commit: the build's staging
+"""Module deepspeed_build's steps stage, dist_check and dist_commit: the build's staging
 directory, and the fetch of its wheel into the controller's dist directory (check, then commit).
 The work itself is _build/deepspeed.py's; each module file is its documentation plus a call here."""
 from __future__ import annotations
@@ -28,7 +28,7 @@ DIST_COMMIT_SPEC = dict(
 
 
 def run_stage(module):
-    """deepspeed_build_stage: the build venv has torch and the tree a setup.py, then the staging dir."""
+    """deepspeed_build (stage): the build venv has torch and the tree a setup.py, then the staging dir."""
     p = module.params
     venv_python = os.path.join(p["workdir"], "venv", "bin", "python")
     torch = deepspeed.runtime_torch(venv_python)
@@ -44,14 +44,14 @@ def run_stage(module):
 
 
 def run_dist_check(module):
-    """deepspeed_dist_check: which of the wheel, its manifest and the wheelhouse stamp need a fetch."""
+    """deepspeed_build (dist_check): which of the wheel, its manifest and the wheelhouse stamp need a fetch."""
     p = module.params
     need = deepspeed.dist_state(p["dist_dir"], p["manifest"], p["manifest_sha256"], p["wheelhouse_stamp"])
     module.exit_json(changed=False, fetch=need, current=not any(need.values()))
 
 
 def run_dist_commit(module):
-    """deepspeed_dist_commit: the fetched files moved into place (nothing in check mode)."""
+    """deepspeed_build (dist_commit): the fetched files moved into place (nothing in check mode)."""
     p = module.params
     if module.check_mode:
         module.exit_json(changed=True, moved=[])

@@ -97,7 +97,7 @@ def resolve(module, p, installed_first=None):
     """{resolved, version, cuda, source} or {resolved: False, reason}; refusals through module.fail_json.
 
     p: requirement, python, venv_python, pip_args. installed_first(venv_python) may answer for a torch
-    already in the venv without importing it (deepspeed_build_probe reads its dist-info).
+    already in the venv without importing it (deepspeed_build (probe) reads its dist-info).
     """
     tried = []
     interpreters = []

@@ -1,9 +1,9 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The deepspeed_wheel_manifest module's acting: check a freshly built wheel's ops (and their GPU code),
+"""Module deepspeed_build's manifest step: check a freshly built wheel's ops (and their GPU code),
 write its manifest, publish wheel, build log and manifest.
 
-plugins/modules/deepspeed_wheel_manifest.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``.
+plugins/modules/deepspeed_build.py documents it and runs ``run_module`` as its manifest step (module_utils/_stepped.py).
 The checks are _build/ops.py, the manifest's format _build/manifest.py, publishing _build/deepspeed.py.
 """
 from __future__ import annotations

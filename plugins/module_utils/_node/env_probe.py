@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read-only probe of a job's Python environment, run by the job's own interpreter.
 
-Standard library only: module train_probe runs this file's source with train_python
+Standard library only: module train_node (probe) runs this file's source with train_python
 (``python -c SOURCE``) and the Slurm launcher ships it as env_probe.py. It reads package
 metadata only (no torch import): python, torch, DeepSpeed and the prebuilt op libraries in
 DeepSpeed's files, and every installed package (name==version), as one JSON line on stdout.

@@ -5,7 +5,7 @@
 Usage: python run_logged.py <log file> -- <argv...>
 The build's thousands of lines of compiler output belong in a file on the build
 host, not in Ansible's result; the tail is what a person needs when it fails.
-Exits with the command's return code. Standard library only: module deepspeed_build_stage
+Exits with the command's return code. Standard library only: module deepspeed_build (stage)
 writes this file's source into the build's work folder (the build runs it there).
 """
 from __future__ import annotations

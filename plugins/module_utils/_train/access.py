@@ -1,6 +1,6 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Module train_access's work on a node: the job's security step in one round trip.
+"""Module train_node (access)'s work on a node: the job's security step in one round trip.
 
 ``access`` does, in order: the ports and the firewall tool (what needs no account); the job's
 account - resolved, or, when it is missing and the role creates it (``create``) and nothing stands
@@ -369,7 +369,7 @@ def run_probe(probe, run_command):
 
 
 def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
-    """Everything of module train_access (``p``: its parameters) -> result dict (``changed``, ``problems``).
+    """Everything of module train_node (access) (``p``: its parameters) -> result dict (``changed``, ``problems``).
 
     The steps run in order; the account is created, the listener started and the directories made
     only while nothing stands in the way."""
@@ -419,7 +419,7 @@ ARGUMENT_SPEC = dict(
 
 
 def run_module(module):
-    """The module train_access: ``module`` is the AnsibleModule of plugins/modules/train_access.py;
+    """The module train_node (access): ``module`` is the AnsibleModule of plugins/modules/train_node.py;
     answers through exit_json / fail_json.
 
     ``fail_on_problems`` fails with the problems (``node: problem; problem``) instead of returning

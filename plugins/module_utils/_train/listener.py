@@ -2,10 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Short-lived listener on the rendezvous address, for preflight's reachability check.
 
-Standard library only: module train_access starts this file's source on the first node
+Standard library only: module train_node (access) starts this file's source on the first node
 (``python -c SOURCE multinode-training-listener ADDR PORT EXPECTED LIMIT``), detached. It binds
 ADDR:PORT, says ``bound`` (or why not) on stdout, which it then closes, accepts one connection
-per node (module train_probe's connect on every node) and exits once EXPECTED connections came or
+per node (module train_node (probe)'s connect on every node) and exits once EXPECTED connections came or
 after LIMIT seconds. Exit 0: all connected; 3: bind failed (port in use); 4: not all connected.
 Nothing waits for its verdict: each node's probe reports its own connect, and a listener left
 from an earlier run on the same port is stopped before a new one binds (``stale_listeners``).

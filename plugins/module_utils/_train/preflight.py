@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Preflight of a training job: one probe per node, one comparison across the nodes.
 
-``probe_node`` is module train_probe's work on a node (one round trip): the job's python
+``probe_node`` is module train_node (probe)'s work on a node (one round trip): the job's python
 (exists, executable, and what it holds - env_probe.py run by it), the script's sha256,
 the working directory, the env files. ``compare`` takes every node's probe and returns the
 problems, one line each in the validator's shape (``<node>: <variable>=<value>: what is wrong;
@@ -257,7 +257,7 @@ PROBE_REQUIRED_BY = {"connect_host": "connect_port"}
 
 
 def run_probe_module(module):
-    """Module train_probe: probe_node with the module's parameters (the Slurm path's preflight)."""
+    """Module train_node (probe): probe_node with the module's parameters (the Slurm path's preflight)."""
     p = module.params
     connect = None
     if p["connect_host"]:

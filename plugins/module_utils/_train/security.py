@@ -3,7 +3,7 @@
 """Pure decisions of the job's security: who runs it, which firewall rule guards its rendezvous port.
 
 Nothing here starts a process or imports Ansible. The filter plugin
-``multinode.training.train_run_user``, the probe module ``train_access`` and the
+``multinode.training.train_run_user``, the probe module ``train_node`` (step access) and the
 ``torchrun`` module call these functions; tests/unit exercises them directly.
 
 The rendezvous rule lives in an nftables table of its own, one per job

@@ -2,8 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Role wheel_distribute's no-change decisions: what the controller distributes, and is a node current?
 
-Controller side (module wheel_dist_source): the manifest (read and validated by _manifest), its
-wheel, the wheelhouse, each file with sha256 and size. Node side (module wheel_compat_facts): the
+Controller side (module wheel_distribute (source)): the manifest (read and validated by _manifest), its
+wheel, the wheelhouse, each file with sha256 and size. Node side (module wheel_distribute (compat)): the
 record of what was copied and verified (RECORD_NAME in the node folder), the venv's marker, and the
 installed op binaries against the sha256 that DeepSpeed's dist-info RECORD holds for them. A node
 whose answers all agree gets no copy, no install and no verification run: the role reports it.
@@ -215,7 +215,7 @@ def env_from_marker(marker):
     return dict((key, marker.get(key)) for key in ENV_FIELDS)
 
 
-# --------------------------------------------------------------------------- the wheel_dist_source module
+# --------------------------------------------------------------------------- the wheel_distribute (source) module
 
 ARGUMENT_SPEC = dict(
     dist_dir=dict(type="path", required=True),

@@ -1,9 +1,9 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The wheel_requirements_lock module's acting: read the requirements, let pip resolve them against the
+"""Module wheel_distribute's lock step: read the requirements, let pip resolve them against the
 pinned wheelhouse, download what is added, write the lock.
 
-plugins/modules/wheel_requirements_lock.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``.
+plugins/modules/wheel_distribute.py documents it and runs ``run_module`` as its lock step (module_utils/_stepped.py).
 The decisions on text (parsing, pinning, pip's verdict, the lock's format) are _wheel/requirements.py.
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
 """What a node has for the wheel: its interpreter's tags, the venv at the install path (marker, torch,
 packages), and whether this wheel with this lock is already installed there.
 
-Run on the node by wheel_compat_facts (``run_module`` at the end); the decisions on these facts are
+Run on the node by wheel_distribute (compat) (``run_module`` at the end); the decisions on these facts are
 _wheel/compat.py's node_problems and _wheel/dist.py's current_problems.
 """
 from __future__ import annotations
@@ -132,7 +132,7 @@ def installed(manifest, venv, lock_sha256="", lock_packages=None):
             and not _wheel_dist.package_problems(venv, lock_packages))
 
 
-# --------------------------------------------------------------------------- the wheel_compat_facts module
+# --------------------------------------------------------------------------- the wheel_distribute (compat) module
 
 ARGUMENT_SPEC = dict(
     manifest=dict(type="dict", required=True),

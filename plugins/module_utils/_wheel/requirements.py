@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Job requirements: parse them, pin them against torch/DeepSpeed, read pip's verdict, write the lock.
 
-Pure functions (no subprocess, no network): the module wheel_requirements_lock runs pip and hands its
+Pure functions (no subprocess, no network): the module wheel_distribute (lock) runs pip and hands its
 output and report here. Unit-tested on recorded pip runs (tests/fixtures/requirements/).
 """
 from __future__ import annotations
@@ -243,7 +243,7 @@ def unmet_requirements(installed, requirements):
         try:
             req = Requirement(text)
         except InvalidRequirement:
-            continue  # refused with its file and line by the lock step (wheel_requirements_lock)
+            continue  # refused with its file and line by the lock step (wheel_distribute (lock))
         if req.marker is not None and not req.marker.evaluate():
             continue
         name = canonicalize_name(req.name)

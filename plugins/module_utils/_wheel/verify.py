@@ -228,7 +228,7 @@ def env_report(envs, expected):
 
 
 def run_report_module(module):
-    """Module wheel_env_report: the report, failing on a difference when asked."""
+    """Module wheel_distribute (report): the report, failing on a difference when asked."""
     report = env_report(module.params["envs"], module.params["expected"])
     if not report["consistent"] and module.params["fail_on_difference"]:
         module.fail_json(msg="environments differ across nodes: " + "; ".join(report["differences"]), **report)

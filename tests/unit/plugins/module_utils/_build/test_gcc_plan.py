@@ -1,4 +1,4 @@
-"""toolchain_gcc_plan's probe of what the role would change (plugins/module_utils/_build/gcc_plan.py)."""
+"""deepspeed_build (gcc_plan)'s probe of what the role would change (plugins/module_utils/_build/gcc_plan.py)."""
 from ansible_collections.multinode.training.plugins.module_utils._build import gcc_plan
 
 

@@ -1,4 +1,4 @@
-"""deepspeed_build_probe's steps (plugins/module_utils/_build/probe.py) on a stand-in module."""
+"""deepspeed_build (probe)'s steps (plugins/module_utils/_build/probe.py) on a stand-in module."""
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import probe

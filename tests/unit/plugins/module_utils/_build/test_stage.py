@@ -1,4 +1,4 @@
-"""Modules deepspeed_build_stage, deepspeed_dist_check, deepspeed_dist_commit (_build/stage.py)."""
+"""Module deepspeed_build's steps stage, dist_check and dist_commit (_build/stage.py)."""
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import stage

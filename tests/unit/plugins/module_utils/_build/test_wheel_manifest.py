@@ -1,4 +1,4 @@
-"""deepspeed_wheel_manifest's steps (plugins/module_utils/_build/wheel_manifest.py)."""
+"""deepspeed_build (manifest)'s steps (plugins/module_utils/_build/wheel_manifest.py)."""
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._build import wheel_manifest

@@ -1,4 +1,4 @@
-"""Unit tests for _run_logged, the build helper module deepspeed_build_stage writes into the work folder."""
+"""Unit tests for _run_logged, the build helper module deepspeed_build (stage) writes into the work folder."""
 import inspect
 import subprocess
 import sys

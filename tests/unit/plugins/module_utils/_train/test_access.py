@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/_train/access.py (module train_access: the security step and
+"""Unit tests for plugins/module_utils/_train/access.py (module train_node (access): the security step and
 preflight's probe in one call per node) and _train/listener.py (the reachability check's listener).
 
 Real processes and sockets on this machine: the listener is started detached and connected to,
@@ -257,7 +257,7 @@ def test_a_working_directory_the_account_cannot_enter_is_refused(shared_dir):
 
 @AS_ROOT
 def test_what_the_code_copy_makes_is_not_checked_what_it_does_not_is(shared_dir):
-    """train_code_dir root's 0700 today: train_access gives it to the account before the copy, so the
+    """train_code_dir root's 0700 today: train_node (access) gives it to the account before the copy, so the
     manifest's script in it is fine; a script below it that train_code_src does not hold must be
     reachable now, and a missing one is refused."""
     code = os.path.join(shared_dir, "code")

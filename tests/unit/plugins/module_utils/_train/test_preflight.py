@@ -1,4 +1,4 @@
-"""Unit tests for plugins/module_utils/_train/preflight.py (module train_probe's probe and the
+"""Unit tests for plugins/module_utils/_train/preflight.py (module train_node (probe)'s probe and the
 cross-node comparison behind filter train_preflight_problems) and env_probe.py.
 
 The probe runs for real: this test interpreter stands in for the job's python.

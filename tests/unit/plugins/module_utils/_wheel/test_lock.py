@@ -1,4 +1,4 @@
-"""The wheel_requirements_lock module's acting (plugins/module_utils/_wheel/lock.py), with pip replaced by
+"""Module wheel_distribute's lock step (plugins/module_utils/_wheel/lock.py), with pip replaced by
 its recorded runs (tests/fixtures/requirements/: the report of a resolution adding accelerate, a conflict)."""
 import shutil
 

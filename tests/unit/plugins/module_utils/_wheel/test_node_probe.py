@@ -1,4 +1,4 @@
-"""wheel_compat_facts's steps on the node (plugins/module_utils/_wheel/node_probe.py): the interpreter probe
+"""wheel_distribute (compat)'s steps on the node (plugins/module_utils/_wheel/node_probe.py): the interpreter probe
 run for real under this python and under a missing one, and when 'current' is asked at all."""
 import subprocess
 import sys

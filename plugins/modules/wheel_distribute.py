@@ -1,0 +1,461 @@
+#!/usr/bin/python
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: wheel_distribute
+short_description: Distribute a DeepSpeed wheel step by step - what to send, the requirements lock, node check, report
+version_added: 0.1.0
+description:
+  - The steps role P(multinode.training.wheel_distribute#role) takes besides the install itself; each task gives
+    exactly one step, as the option of that name, with the step's own options.
+  - On the controller - O(source) (the wheel, manifest and wheelhouse every node gets, read and checked) and O(lock)
+    (the job requirements resolved against the pinned torch and DeepSpeed, with a sha256 lock). On each node -
+    O(compat) (the node against the wheel's manifest, before anything is installed). On the controller again -
+    O(report) (the environments M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
+  - Each step returns its own values; RETURN names the step that returns each one.
+author: multinode.training maintainers (@multinode)
+options:
+  source:
+    description:
+      - What role wheel_distribute sends to every node, read and checked on the controller in one call.
+      - Chooses the manifest (explicit, beside an explicit wheel, or the newest in O(source.dist_dir)), reads and validates
+        it (module_utils C(_build.manifest)), checks that the wheel exists, is the one named and has the manifest's sha256,
+        and lists the wheelhouse's C(*.whl) with sha256 and size. Without O(source.index_url), the wheelhouse must hold
+        the manifest's torch.
+      - Fails with one message naming the file and what is wrong; the role prefixes the node.
+      - Read-only; never reports a change. Run on the controller (C(delegate_to) localhost, C(run_once)).
+    type: dict
+    suboptions:
+      dist_dir:
+        description: Where the build left the wheel and its manifest.
+        type: path
+        required: true
+      manifest:
+        description: An explicit manifest; empty chooses as described above.
+        type: str
+        default: ''
+      wheel:
+        description: An explicit wheel; empty is the manifest's wheel beside it.
+        type: str
+        default: ''
+      wheelhouse:
+        description: Folder of wheels copied to every node; empty for none.
+        type: str
+        default: ''
+      index_url:
+        description: The index nodes may use; empty means offline (the wheelhouse must hold torch).
+        type: str
+        default: ''
+      requirements_lock:
+        description: The job requirements' lock on the controller (step O(lock)), sent to C(dist/).
+        type: str
+        default: ''
+      requirement_wheels:
+        description: The wheels that lock adds, sent to C(wheelhouse/).
+        type: list
+        elements: str
+        default: []
+      checksum_cache:
+        description:
+          - Controller file that remembers each file's sha256 with its size and modification time, so that an unchanged
+            wheelhouse is not read again on every run. Empty disables it.
+        type: path
+        default: ~/.cache/multinode-training/wheel-sha256.json
+      node:
+        description: Prefix of the failure message.
+        type: str
+        default: ''
+  lock:
+    description:
+      - Resolve job requirements once against the pinned torch and DeepSpeed, with sha256 lock.
+      - Runs on the controller (or the build host), once. Parses the requirements (list and file; a syntax error is refused
+        naming file and line), then asks pip to resolve them together with the DeepSpeed wheel and torch, constrained to
+        the exact versions of the wheelhouse (C(pip install --dry-run --report), nothing is installed).
+      - A requirement that would change torch, DeepSpeed or one of their dependencies is refused naming the package and
+        pip's conflict; a package or version the index lacks is refused naming it.
+      - The wheels the requirements add are downloaded (C(pip download --no-deps)) into O(lock.dest) and checked against
+        the sha256 in pip's report; the lock file lists every package of the environment with its sha256, for an offline
+        C(pip install --no-index --require-hashes) on the nodes.
+      - A lock whose recorded input digest matches (same requirements, pins, python, pip arguments and wheel) and whose
+        wheels are present with their sha256 is reused without running pip; nothing is downloaded.
+      - Check mode - Resolves and reports; writes neither wheels nor the lock.
+    type: dict
+    suboptions:
+      requirements:
+        description: Requirement strings (PEP 508).
+        type: list
+        elements: str
+        default: []
+      requirements_file:
+        description: Controller path of a requirements file (one requirement per line, comments allowed); empty for none.
+        type: path
+      wheelhouse:
+        description: Directory of the pinned wheels (torch and the DeepSpeed dependencies).
+        type: path
+        required: true
+      deepspeed_wheel:
+        description: The DeepSpeed wheel (pinned too).
+        type: path
+        required: true
+      wheel_sha256:
+        description: sha256 of the DeepSpeed wheel (from its manifest).
+        type: str
+        required: true
+      python_version:
+        description: Python version of the nodes (C(3.11)); wheels are resolved for it.
+        type: str
+        required: true
+      dest:
+        description: Directory that receives the wheels the requirements add.
+        type: path
+        required: true
+      lock:
+        description: Path of the lock file to write.
+        type: path
+        required: true
+      pip_args:
+        description: Extra arguments for pip (index options).
+        type: list
+        elements: str
+        default: []
+      python:
+        description: Python interpreter (with pip) that resolves and downloads; default the one running this module.
+        type: path
+  compat:
+    description:
+      - Check a node against a DeepSpeed wheel manifest before anything is installed.
+      - Probes the node without changing it, then compares it with the wheel manifest (see C(docs/manifest.md)) written
+        by role C(deepspeed_build).
+      - 'Probes: the python tag, ABI, platform and glibc of the interpreter that will create the venv; what is at the venv
+        path (absent, directory, file) with the torch version (and the CUDA version torch was built for) already installed
+        there, read from its C(dist-info) without importing it; each GPU''s compute capability from C(nvidia-smi --query-gpu=name,compute_cap
+        --format=csv,noheader) when C(nvidia-smi) is on the PATH; the CPU flags of C(/proc/cpuinfo).'
+      - 'Checks: wheel tags vs interpreter; torch (and CUDA for cuda builds) vs the manifest; every GPU covered by the GPU
+        code that the build read from each op''s binary (C(ops[].cuda) in the manifest; the CUDA arch list for older manifests):
+        SASS of the same major and a lower or equal minor, or PTX of a lower or equal arch, accepted with a warning that
+        the driver JIT-compiles it on first use; every CPU flag the build assumed present; a usable venv path.'
+      - On a node without GPUs the GPU check is skipped with a warning.
+      - Each problem names the node, what the wheel needs and what the node has. The module never fails on an incompatible
+        node; it returns the problems so that a play can report all nodes at once.
+      - Runs C(python -c) on the given interpreter and C(nvidia-smi) when present; nothing else.
+    type: dict
+    suboptions:
+      manifest:
+        description: The wheel manifest, as parsed JSON.
+        type: dict
+        required: true
+      venv:
+        description: Path of the virtual environment the wheel will be installed into.
+        type: path
+        required: true
+      python:
+        description: Interpreter that creates the venv; its tags decide which wheels fit.
+        type: path
+        default: /usr/bin/python3
+      cpuinfo_path:
+        description: File read for the CPU flags. Only tests point it elsewhere.
+        type: path
+        default: /proc/cpuinfo
+      node:
+        description: Name used in the messages; defaults to the host name the module sees.
+        type: str
+      node_dir:
+        description:
+          - The node folder the role copies into (C(dist/), C(wheelhouse/)) and records the verified copy in.
+          - With O(compat.expected_files), the module also says whether the node is current (RV(current)).
+        type: path
+      expected_files:
+        description: The files the node must hold, C(dist/<name>) or C(wheelhouse/<name>) mapped to C(sha256) and C(size)
+          (step O(source)).
+        type: dict
+      lock_sha256:
+        description: sha256 of the job requirements lock the venv must have been installed with (empty for none).
+        type: str
+        default: ''
+      lock_packages:
+        description:
+          - The job requirements' lock as C(name==version), every package of the environment. The venv must hold exactly
+            these (its seed packages pip and setuptools excepted), or it is neither RV(installed) nor RV(current). Omitted
+            without job requirements.
+        type: list
+        elements: str
+  report:
+    description:
+      - Consistency report of python, torch, DeepSpeed and ops across nodes.
+      - Takes the per-node environment summaries returned by M(multinode.training.deepspeed_env_verify) and compares python
+        version, torch (and its CUDA), DeepSpeed version, the loaded ops and the wheel sha256 across nodes.
+      - The value most nodes share is the reference; every node with another value is named.
+      - Pure computation; run it once, on the controller (C(run_once), C(delegate_to=localhost)).
+    type: dict
+    suboptions:
+      envs:
+        description: Mapping of node name to its environment summary.
+        type: dict
+        required: true
+      expected:
+        description: Nodes that should have reported; a node listed here but absent from O(report.envs) is named as missing.
+        type: list
+        elements: str
+        default: []
+      fail_on_difference:
+        description: Fail, naming the differing nodes, when the environments are not identical.
+        type: bool
+        default: true
+attributes:
+  check_mode:
+    description: Can run in check mode and return changed status prediction without modifying target.
+    support: partial
+    details:
+      - O(source), O(compat) and O(report) only read.
+      - O(lock) resolves and reports; it writes neither wheels nor the lock.
+  diff_mode:
+    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
+    support: none
+  idempotent:
+    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
+    support: full
+    details:
+      - O(source), O(compat) and O(report) never report a change.
+      - O(lock) reuses the lock and the downloaded wheels for the same inputs (changed=false, no pip run).
+"""
+
+EXAMPLES = r"""
+- name: What goes to the nodes
+  multinode.training.wheel_distribute:
+    source:
+      dist_dir: "{{ playbook_dir }}/dist"
+      wheelhouse: "{{ playbook_dir }}/dist/wheelhouse"
+  delegate_to: localhost
+  run_once: true
+  register: source
+
+- name: Resolve accelerate against the pinned torch
+  multinode.training.wheel_distribute:
+    lock:
+      requirements: [accelerate, tabulate==0.9.0]
+      wheelhouse: /srv/dist/wheelhouse
+      deepspeed_wheel: /srv/dist/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl
+      wheel_sha256: "{{ manifest.wheel_sha256 }}"
+      python_version: "3.11"
+      dest: /srv/dist/requirements
+      lock: /srv/dist/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.requirements.lock
+  delegate_to: localhost
+  run_once: true
+
+- name: Check the node against the manifest
+  multinode.training.wheel_distribute:
+    compat:
+      manifest: "{{ lookup('ansible.builtin.file', 'dist/deepspeed-0.19.8-cp311-cp311-linux_x86_64.whl.manifest.json') | from_json }}"
+      venv: /opt/multinode-training/venv
+      node: "{{ inventory_hostname }}"
+  register: compat
+
+- name: Refuse an incompatible node
+  ansible.builtin.fail:
+    msg: "{{ compat.problems | join('; ') }}"
+  when: not compat.compatible
+
+- name: Environments identical on every node
+  multinode.training.wheel_distribute:
+    report:
+      envs: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'wheel_distribute_env'))) }}"
+      expected: "{{ ansible_play_hosts_all }}"
+  run_once: true
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+manifest:
+  description: The manifest.
+  returned: with O(source), success
+  type: dict
+manifest_path:
+  description: Its path on the controller.
+  returned: with O(source), success
+  type: str
+wheel_path:
+  description: The wheel's path on the controller.
+  returned: with O(source), success
+  type: str
+files:
+  description: Every file each node gets, C(dist/<name>) or C(wheelhouse/<name>) mapped to its C(sha256), C(size) and C(src).
+  returned: with O(source), success
+  type: dict
+record:
+  description: RV(files) without the controller paths, as a node records them after a verified copy.
+  returned: with O(source), success
+  type: dict
+lock:
+  description: Path of the lock file.
+  returned: with O(lock)
+  type: str
+lock_sha256:
+  description: sha256 of the lock file (names the node release).
+  returned: with O(lock)
+  type: str
+entries:
+  description: Every package of the environment, with C(name), C(version), C(filename), C(sha256), C(pinned).
+  returned: with O(lock)
+  type: list
+  elements: dict
+added:
+  description: Controller paths of the wheels the requirements add (not in the wheelhouse).
+  returned: with O(lock)
+  type: list
+  elements: str
+downloaded:
+  description: File names downloaded in this run (empty on a re-run).
+  returned: with O(lock)
+  type: list
+  elements: str
+requirements:
+  description: The parsed requirements with their source and line.
+  returned: with O(lock)
+  type: list
+  elements: dict
+cmd:
+  description: The pip resolution command (absent when the lock was reused).
+  returned: with O(lock), when pip ran
+  type: list
+  elements: str
+compatible:
+  description: True when no problem was found.
+  returned: with O(compat)
+  type: bool
+  sample: false
+problems:
+  description: One message per problem, each naming the node, what the wheel needs and what the node has.
+  returned: with O(compat)
+  type: list
+  elements: str
+  sample:
+    - 'node3: wheel needs torch 2.13.0+cpu, node''s venv /opt/multinode-training/venv has torch 2.12.0 (...)'
+python:
+  description: The interpreter's version, implementation, python tag, ABI tag, platform tag, glibc, executable.
+  returned: with O(compat)
+  type: dict
+  sample:
+    version: 3.11.2
+    tag: cp311
+    abi: cp311
+    platform: linux_x86_64
+    glibc: '2.36'
+venv:
+  description: What is at the venv path.
+  returned: with O(compat)
+  type: dict
+  contains:
+    path:
+      description: The path probed.
+      type: str
+    state:
+      description: C(absent), C(directory), C(file) or C(other).
+      type: str
+    symlink:
+      description: Whether the path is a symlink (the role's release layout).
+      type: bool
+    target:
+      description: Where the symlink resolves to, or null.
+      type: str
+    marker:
+      description: Content of C(.multinode-training.json) left by a previous install, or null.
+      type: dict
+    torch:
+      description: Version of torch installed there (from its dist-info METADATA), or null.
+      type: str
+    torch_cuda:
+      description: CUDA version that torch was built with, null for a CPU build or no torch.
+      type: str
+    packages:
+      description: Every distribution in the venv's site-packages, as sorted C(name==version) (dist-info METADATA).
+      type: list
+      elements: str
+installed:
+  description:
+    - True when the venv already holds this wheel (same sha256), verified by a previous run, installed with O(compat.lock_sha256)
+      and holding exactly O(compat.lock_packages).
+  returned: with O(compat)
+  type: bool
+gpus:
+  description: GPUs reported by nvidia-smi, empty without nvidia-smi.
+  returned: with O(compat)
+  type: list
+  elements: dict
+  sample:
+    - index: 0
+      name: NVIDIA H100 80GB HBM3
+      compute_cap: '9.0'
+notes:
+  description: Warnings for an accepted node (PTX-only coverage, GPU check skipped); also issued as warnings.
+  returned: with O(compat)
+  type: list
+  elements: str
+current:
+  description:
+    - The node needs nothing (with O(compat.expected_files)) - its venv is this wheel's verified release (marker), the op
+      binaries installed match the wheel's RECORD, and the copies in O(compat.node_dir) are the recorded ones.
+  returned: with O(compat)
+  type: bool
+current_problems:
+  description: Why the node is not current.
+  returned: with O(compat)
+  type: list
+  elements: str
+env:
+  description: For a current node, the environment its verified install recorded (python, torch, DeepSpeed, ops, wheel sha256).
+  returned: with O(compat)
+  type: dict
+cpu_flags_missing:
+  description: CPU flags from the manifest that the node's cpuinfo lacks.
+  returned: with O(compat)
+  type: list
+  elements: str
+commands:
+  description: The commands the module ran, as argument lists.
+  returned: with O(compat)
+  type: list
+  elements: list
+consistent:
+  description: True when every field is identical on every node and no expected node is missing.
+  returned: with O(report)
+  type: bool
+differences:
+  description: One message per deviating group of nodes, naming them, the field, their value and the reference.
+  returned: with O(report)
+  type: list
+  elements: str
+  sample:
+    - node3 has torch 2.12.0, 2 node(s) have 2.13.0+cpu
+lines:
+  description: The report, one line per field.
+  returned: with O(report)
+  type: list
+  elements: str
+fields:
+  description: Per field, each value with the nodes that have it.
+  returned: with O(report)
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.multinode.training.plugins.module_utils import _stepped
+from ansible_collections.multinode.training.plugins.module_utils._wheel import dist, lock, node_probe, verify
+
+STEPS = {
+    "source": (dist.ARGUMENT_SPEC, dist.run_module, {}),
+    "lock": (lock.ARGUMENT_SPEC, lock.run_module, {}),
+    "compat": (node_probe.ARGUMENT_SPEC, node_probe.run_module, {}),
+    "report": (verify.REPORT_SPEC, verify.run_report_module, {}),
+}
+
+
+def main():
+    _stepped.run(AnsibleModule(**_stepped.module_args(STEPS)), STEPS)
+
+
+if __name__ == "__main__":
+    main()
