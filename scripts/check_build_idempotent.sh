@@ -4,6 +4,9 @@
 # dist/deepspeed-*.whl and its manifest for the scenarios that distribute it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Ansible's default output: the checks below read its task banners (ansible.cfg's
+# multinode.training.phases prints one line per phase).
+export ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default
 log=$(mktemp -d)/build
 for run in 1 2; do
   start=$(date +%s)

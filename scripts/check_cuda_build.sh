@@ -14,6 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/${VENV:-.venv}/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
+# Ansible's default output: the checks below read its task banners (ansible.cfg's
+# multinode.training.phases prints one line per phase).
+export ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default
 t0=$(date +%s)
 CACHE=${MULTINODE_TRAINING_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/multinode-training}
 WHEELS=$(bash scripts/cuda_stack.sh)
