@@ -8,6 +8,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import all_home, cross_node_root_cause, job_report
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import LOST_AFTER
 
 
 def train_root_cause(results, node_errors=None):
@@ -19,7 +20,7 @@ def train_root_cause(results, node_errors=None):
 
 
 def train_report(results, hosts, failed_nodes=None, node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
-                 lost_timeout=10, nnodes=""):
+                 lost_timeout=LOST_AFTER, nnodes=""):
     """{node: torchrun result} + the play's hosts -> {lines, root_line, rank0_log, lost}."""
     if not isinstance(results, dict) or not isinstance(hosts, (list, tuple)) or \
             not isinstance(node_errors or {}, dict):

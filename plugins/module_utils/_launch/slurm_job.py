@@ -59,6 +59,11 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.colle
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import supervisor_source
 
 
+# Seconds without a poll from the controller after which the submit host's guard cancels the job:
+# the Slurm launcher's counterpart of the lease, long enough for a controller that reconnects, short
+# enough that an interrupted play leaves nothing queued for long (docs/design.md, "Fixed timings").
+CONTROLLER_TIMEOUT = 120
+
 ARGUMENT_SPEC = dict(
     state=dict(type="str", default="status", choices=["submitted", "status", "cancelled"]),
     job_id=dict(type="str"),
@@ -96,7 +101,7 @@ ARGUMENT_SPEC = dict(
     step_pattern=dict(type="str", default=""),
     straggler_ratio=dict(type="float", default=straggler.RATIO),
     wait=dict(type="int", default=10),
-    controller_timeout=dict(type="int", default=120),
+    controller_timeout=dict(type="int", default=CONTROLLER_TIMEOUT),
     tail_lines=dict(type="int", default=TAIL_LINES),
     fabric_check=dict(type="str", default="off", choices=["off", "warn", "gate"]),
     fabric_ratio=dict(type="float", default=_fabric_verdict.RATIO),

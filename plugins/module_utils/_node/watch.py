@@ -46,6 +46,15 @@ import time
 from stat import S_ISDIR, S_ISLNK, S_ISREG
 
 TERMINAL = ("succeeded", "failed", "stopped")
+# The watchers' fixed timings, also the torchrun module's defaults (docs/design.md, "Fixed timings").
+# A heartbeat every HEARTBEAT seconds; a node silent for LOST_AFTER seconds (20 heartbeats: a
+# scheduling hiccup or a pause of a few seconds on a busy node is not a loss, a dead node is named
+# within seconds) is lost; after a failure elsewhere the ranks get FAIL_GRACE seconds between SIGTERM
+# and SIGKILL (enough to flush their output; the job is failing anyway, so it does not wait for a
+# checkpoint as a stop by train_stop_grace does).
+HEARTBEAT = 0.5
+LOST_AFTER = 10
+FAIL_GRACE = 5
 # Links open_dir follows on one path before it gives up (the kernel's own limit, ELOOP).
 MAX_LINKS = 40
 # Errors a rank raises because a peer died (the same list as _node.torchrun.PEER_ERROR_RE; this file is
@@ -682,12 +691,12 @@ class Watcher(Hub):
         self.token = conf.get("token") or ""
         self.nodes = conf.get("nodes") or [self.node]
         self.hub = bool(conf.get("hub"))
-        self.lost_after = float(conf.get("lost", 10))
+        self.lost_after = float(conf.get("lost", LOST_AFTER))
         self.lease = float(conf.get("lease", 0))
-        self.grace = float(conf.get("fail_grace", 5))
+        self.grace = float(conf.get("fail_grace", FAIL_GRACE))
         self.restartable = bool(conf.get("restartable"))
         self.elastic = bool(conf.get("elastic"))
-        self.interval = float(conf.get("interval", 0.5))
+        self.interval = float(conf.get("interval", HEARTBEAT))
         self.started = time.time()
         self.lock = threading.Lock()
         self.last_seen = {}

@@ -28,8 +28,10 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     secret_values,
     validate_job_id,
 )
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import FAIL_GRACE, HEARTBEAT, LOST_AFTER
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import TTL as FIREWALL_TTL
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import job_alive
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import start
@@ -65,7 +67,7 @@ ARGUMENT_SPEC = dict(
     user=dict(type="str"),
     group=dict(type="str"),
     firewall_allow=dict(type="list", elements="str", default=[]),
-    firewall_ttl=dict(type="int", default=60),
+    firewall_ttl=dict(type="int", default=FIREWALL_TTL),
     # follow/poll are the action plugin's (plugins/action/torchrun.py); watch: _torchrun.follow.
     follow=dict(type="bool", default=False),
     poll=dict(type="int", default=POLL),
@@ -84,10 +86,10 @@ ARGUMENT_SPEC = dict(
         node=dict(type="str"),
         nodes=dict(type="list", elements="str", default=[]),
         token=dict(type="str", no_log=True),
-        lost=dict(type="int", default=10),
+        lost=dict(type="int", default=LOST_AFTER),
         lease=dict(type="int", default=0),
-        fail_grace=dict(type="int", default=5),
-        interval=dict(type="float", default=0.5),
+        fail_grace=dict(type="int", default=FAIL_GRACE),
+        interval=dict(type="float", default=HEARTBEAT),
     )),
 )
 MUTUALLY_EXCLUSIVE = [("script", "module")]

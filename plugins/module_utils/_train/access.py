@@ -332,10 +332,17 @@ def check_account_access(p, result, checks, account):
     return account_problems(p["user"], result["access"])
 
 
+# Seconds the first node's listener waits for every node's test connection: each node connects
+# within CONNECT_TIMEOUT once its own security step reaches the probe, and the nodes' steps start
+# together but take their own time (an account to create, a venv probe on a cold disk); two minutes
+# more cover that spread (docs/design.md, "Fixed timings").
+LISTEN_TIMEOUT = CONNECT_TIMEOUT + 120
+
+
 def start_job_listener(listen, result):
     """Step 4a, the listener of preflight's reachability check (first node) -> a problem line or None."""
-    pid, error = start_listener(listen["addr"], listen["port"], listen["expected"], listen["timeout"],
-                                listen.get("python"))
+    pid, error = start_listener(listen["addr"], listen["port"], listen["expected"],
+                                listen.get("timeout") or LISTEN_TIMEOUT, listen.get("python"))
     result["listener"] = {"pid": pid, "error": error}
     if not error:
         return None

@@ -24,8 +24,9 @@ from ansible_collections.multinode.training.plugins.module_utils._build.manifest
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
 
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
-# Seconds the probe's test connection waits, when the caller gives none; train_connect_timeout in
-# roles/train/defaults/main.yml mirrors it.
+# Seconds the probe's test connection to the rendezvous address waits (role train passes none): a
+# TCP connect on a cluster network answers in milliseconds, and 15 s outlast the kernel's first SYN
+# retries (1 s, 3 s, 7 s) where a node is slow to answer (docs/design.md, "Fixed timings").
 CONNECT_TIMEOUT = 15
 
 
