@@ -47,9 +47,8 @@ _SBATCH_VALUE_RE = re.compile(r"^\S+$")
 # rankwrap and sampler, the same files the torchrun module puts in a job directory).
 RANK_WRAPPER = "mt_rank.py"
 SAMPLER = "mt_sample.py"
-# The preflight fabric check's step (train_fabric_check warn or gate): the probe and the verdict's
-# helpers in bin_dir (the train role copies them), and the sentinels of its torchrun argv.
-FABRIC_FILES = ("fabric_probe.py", "_fabric_verdict.py", "_fabric_schedule.py")
+# The preflight fabric check's step (train_fabric_check warn or gate): the sentinels of its torchrun
+# argv (the probe is the train role's file in bin_dir; module slurm_job writes the verdict's helpers).
 FABRIC_ID_SENTINEL = "mt-slurm-fabric-id"
 FABRIC_NNODES_SENTINEL = "mt-slurm-fabric-nnodes"
 FABRIC_NODES_SENTINEL = "mt-slurm-fabric-nodes"

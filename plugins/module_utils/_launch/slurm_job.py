@@ -19,7 +19,6 @@ import time
 from ansible_collections.multinode.training.plugins.module_utils._fabric import schedule as _fabric_schedule
 from ansible_collections.multinode.training.plugins.module_utils._fabric import verdict as _fabric_verdict
 from ansible_collections.multinode.training.plugins.module_utils._launch.slurm import (
-    FABRIC_FILES,
     FINAL_STATES,
     RANK_WRAPPER,
     SAMPLER,
@@ -36,7 +35,8 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
     resolve_nproc,
     srun_failures,
 )
-from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
+from ansible_collections.multinode.training.plugins.module_utils._node import env_probe, rankwrap, sampler
+from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _node_torchrun
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     STOP_GRACE,
@@ -198,10 +198,16 @@ def submit(module):
     result = dict(changed=True, script=script, partition=partition, nproc_per_node=nproc)
     if module.check_mode:
         module.exit_json(**result)
-    helpers = ("slurm_node.py", "env_probe.py", "_torchrun.py")
-    for path in helpers + (FABRIC_FILES if p["fabric_check"] != "off" else ()):
+    for path in ("slurm_node.py",) + (("fabric_probe.py",) if p["fabric_check"] != "off" else ()):
         if not os.path.isfile(os.path.join(p["bin_dir"], path)):
             module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
+    # What slurm_node.py imports or runs beside it, written from this module's own module_utils, as
+    # the torchrun module writes its helpers into a job directory (one copy of each in the collection).
+    helpers = {"_torchrun.py": inspect.getsource(_node_torchrun), "env_probe.py": inspect.getsource(env_probe),
+               "_fabric_verdict.py": inspect.getsource(_fabric_verdict),
+               "_fabric_schedule.py": inspect.getsource(_fabric_schedule)}
+    for name, source in helpers.items():
+        write_file(os.path.join(p["bin_dir"], name), source)
     write_file(os.path.join(p["bin_dir"], "supervisor.py"), supervisor_source())
     # every rank runs under the rank wrapper, which loads the sampler beside it (the job report)
     write_file(os.path.join(p["bin_dir"], RANK_WRAPPER), inspect.getsource(rankwrap))
