@@ -36,7 +36,7 @@ ls "$work/deepspeed-$VERSION"/dist/*.whl >/dev/null
 
 run_playbook() {
   ansible-playbook build_deepspeed.yml \
-    -e "deepspeed_build_workdir=$work/ansible" -e "deepspeed_build_dist_dir=$work/dist" \
+    -e "_deepspeed_build_workdir=$work/ansible" -e "_deepspeed_build_dist_dir=$work/dist" \
     -e '{"deepspeed_build_ops": ["cpu_adam"], "deepspeed_build_wheelhouse": false}' >"$work/$1.log" 2>&1
 }
 echo "== 2. cold: ansible-playbook build_deepspeed.yml (empty work folder)"

@@ -48,7 +48,7 @@ for tree in "${trees[@]}"; do
     done
     continue
   fi
-  args=(-e "deepspeed_build_workdir=$work/ansible-$(basename "$tree")" -e "deepspeed_build_dist_dir=$work/dist-$(basename "$tree")"
+  args=(-e "_deepspeed_build_workdir=$work/ansible-$(basename "$tree")" -e "_deepspeed_build_dist_dir=$work/dist-$(basename "$tree")"
         -e '{"deepspeed_build_ops": ["cpu_adam"], "deepspeed_build_wheelhouse": false}')
   start=$(now); play "$tree" "$work/cold.log" "${args[@]}"; end=$(now)
   printf '== %s: cold %.1f s wall, %s\n' "$label" "$(python3 -c "print($end - $start)")" "$(recap "$work/cold.log")"

@@ -52,7 +52,7 @@ play() {  # N log playbook args... -> seconds
   shift 3
   start=$(now)
   ansible-playbook -i "$WORK/hosts-$n.yml" "$ROOT/$playbook" --skip-tags prepare,nccl -e train_nccl=false \
-    -e train_cpu_nproc=1 -e "train_rdzv_port=$PORT" -e train_runs_dir="$WORK/runs" -e '{"train_args": ["--skip-deepspeed"]}' \
+    -e train_nproc_per_node=1 -e "train_rdzv_port=$PORT" -e train_runs_dir="$WORK/runs" -e '{"train_args": ["--skip-deepspeed"]}' \
     "$@" >"$log" 2>&1 || { echo "$playbook failed: $log" >&2; tail -30 "$log" >&2; exit 1; }
   echo "$(now) - $start" | bc
 }

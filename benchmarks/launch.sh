@@ -18,7 +18,7 @@
 # KEEP=<dir> keeps the train.yml logs and the collected job directories.
 #
 # Modes (MODES, default "local docker ssh"):
-#   local  - the embedded default: this machine, no inventory, train_cpu_nproc processes
+#   local  - the embedded default: this machine, no inventory, train_nproc_per_node processes
 #            (by hand: torchrun run here);
 #   docker - N containers over the community.docker.docker connection (by hand: docker exec);
 #   ssh    - N containers running sshd, reached over SSH the way users reach their nodes
@@ -171,10 +171,10 @@ with_ansible() {  # project mode N run -> seconds
   log="$WORK/ansible-$(basename "$project")-$mode-$n-$run.log"
   job="ansible-$mode-$n-$run-$RANDOM"
   if [ "$mode" = local ]; then
-    extra=(-e "train_cpu_nproc=$LOCAL_NPROC")
+    extra=(-e "train_nproc_per_node=$LOCAL_NPROC")
   else
     inv=(-i "$(inventory "$mode" "$n")")
-    extra=(-e train_nccl=false -e "train_cpu_nproc=$NPROC")
+    extra=(-e train_nccl=false -e "train_nproc_per_node=$NPROC")
   fi
   start=$(now)
   # /usr/bin/time: the CPU seconds of ansible-playbook and what it waited for (its workers, their ssh
@@ -192,8 +192,9 @@ job_span() {  # collected job directory -> seconds from the first node's start t
   python3 - "$1" <<'PY'
 import glob, json, os, sys
 starts, ends = [], []
-for node in glob.glob(os.path.join(sys.argv[1], "*")):
-    with open(os.path.join(node, "job.json")) as job, open(os.path.join(node, "result.json")) as result:
+for job_json in glob.glob(os.path.join(sys.argv[1], "*", "job.json")):  # one directory per node; report.html beside them
+    node = os.path.dirname(job_json)
+    with open(job_json) as job, open(os.path.join(node, "result.json")) as result:
         starts.append(json.load(job)["start"])
         ends.append(json.load(result)["end"])
 print("%.3f" % (max(ends) - min(starts)))

@@ -57,7 +57,7 @@ build() {
  "deepspeed_build_source": "local", "deepspeed_build_local_path": "$WHEELS/deepspeed-$DS_VERSION.tar.gz",
  "deepspeed_build_pip_args": ["--no-index", "--find-links", "$WHEELS"],
  "deepspeed_build_wheelhouse": $wheelhouse,
- "deepspeed_build_workdir": "$dir/work", "deepspeed_build_dist_dir": "$dir/dist"}
+ "_deepspeed_build_workdir": "$dir/work", "_deepspeed_build_dist_dir": "$dir/dist"}
 EOF
   for run in 1 2; do
     start=$(date +%s)

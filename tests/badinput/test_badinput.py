@@ -53,20 +53,23 @@ if os.environ.get("BADINPUT_ONLY"):  # a subset while working on some cases: BAD
 
 
 def base_vars(playbook, tmp):
-    """Every path a run could write to, inside ``tmp``; the wheel manifest from the fixtures."""
+    """Every path a run could write to, inside ``tmp``; the wheel manifest from the fixtures.
+
+    Paths that are no role variable are the roles' internal ones (``_<role>_...`` in vars/main.yml),
+    which extra variables override."""
     if playbook == "build_deepspeed.yml":
-        return {"deepspeed_build_workdir": tmp + "/build", "deepspeed_build_dist_dir": tmp + "/dist"}
+        return {"_deepspeed_build_workdir": tmp + "/build", "_deepspeed_build_dist_dir": tmp + "/dist"}
     return {
         "train_log_dir": tmp + "/log",
         "train_runs_dir": tmp + "/runs",
         "train_code_dir": tmp + "/code",
         "train_venv": tmp + "/venv",
-        "wheel_distribute_venv": tmp + "/venv",
-        "wheel_distribute_node_dir": tmp + "/cache",
+        "train_nccl_env_file": tmp + "/etc/nccl.env",
         "wheel_distribute_dist_dir": str(FIXTURES / "wheel_dist"),
-        "nccl_tuning_conf_path": tmp + "/etc/nccl.conf",
-        "nccl_tuning_env_file": tmp + "/etc/nccl.env",
-        "nccl_tuning_memlock_file": tmp + "/etc/memlock.conf",
+        "_wheel_distribute_node_dir": tmp + "/cache",
+        "_nccl_tuning_conf_path": tmp + "/etc/nccl.conf",
+        "_nccl_tuning_env_file": tmp + "/etc/nccl.env",
+        "_nccl_tuning_memlock_file": tmp + "/etc/memlock.conf",
     }
 
 

@@ -190,7 +190,7 @@ def incompatible_ops(selected, accelerator, arch_list=(), env=None, libaio=True,
         if name in NEEDS_LIBAIO and not libaio:
             problems.append("deepspeed_build_ops: %s (%s) is incompatible with this build host: it needs libaio's "
                             "headers and library (/usr/include/libaio.h); install libaio-dev or set "
-                            "deepspeed_build_install_prerequisites=true" % (name, op["builder"]))
+                            "install_prerequisites=true" % (name, op["builder"]))
         if accelerator != "cuda":
             continue
         if name == "gds" and not cufile:

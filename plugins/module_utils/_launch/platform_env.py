@@ -101,7 +101,7 @@ def _nodes(environ, platform, nnodes_override):
 def map_environment(environ, platform="auto", nnodes=None, rdzv_id=None):
     """The container's environment -> torchrun's nnodes, endpoint, rendezvous id, processes, is_host."""
     if platform not in PLATFORMS:
-        raise PlatformError("train_env_platform=%r: valid: %s" % (platform, ", ".join(PLATFORMS)))
+        raise PlatformError("platform=%r: valid: %s" % (platform, ", ".join(PLATFORMS)))
     used = platform
     if platform == "auto":
         used = detect(environ)

@@ -202,18 +202,18 @@ def srun_failures(batch_log):
 # ---------------------------------------------------------------- checking a request
 
 def gres_request(gres, gpus_per_node):
-    """train_slurm_gres / train_slurm_gpus_per_node -> (gres string or '', GPUs per node requested)."""
+    """The module's gres / train_slurm_gpus_per_node -> (gres string or '', GPUs per node requested)."""
     gres = (gres or "").strip()
     gpus = int(gpus_per_node or 0)
     if gres and gpus:
-        raise SlurmError("train_slurm_gres=%s and train_slurm_gpus_per_node=%d: set one of them; valid: "
-                         "train_slurm_gres (e.g. gpu:a100:8) or train_slurm_gpus_per_node (e.g. 8)" % (gres, gpus))
+        raise SlurmError("gres=%s and train_slurm_gpus_per_node=%d: set one of them; valid: "
+                         "gres (e.g. gpu:a100:8) or train_slurm_gpus_per_node (e.g. 8)" % (gres, gpus))
     if gpus < 0:
         raise SlurmError("train_slurm_gpus_per_node=%d: valid: 0 (no GPUs) or a positive count" % gpus)
     if gpus:
         return "gpu:%d" % gpus, gpus
     if gres and not _SBATCH_VALUE_RE.match(gres):
-        raise SlurmError("train_slurm_gres=%r: no whitespace; valid: e.g. gpu:8 or gpu:a100:8" % (gres,))
+        raise SlurmError("gres=%r: no whitespace; valid: e.g. gpu:8 or gpu:a100:8" % (gres,))
     return gres, gpus_in_gres(gres)
 
 
@@ -248,10 +248,10 @@ def check_request(partitions, partition, nnodes, gpus_per_node, default=None):
                             len(usable)))
     if gpus_per_node and part["gpus_per_node"] < gpus_per_node:
         have = part["gpus_per_node"]
-        raise SlurmError("train_slurm_gres/train_slurm_gpus_per_node=%d GPUs per node: partition %s %s; valid: %s"
+        raise SlurmError("train_slurm_gpus_per_node=%d GPUs per node: partition %s %s; valid: %s"
                          % (gpus_per_node, name,
                             "has no GPUs" if not have else "has %d GPU(s) per node" % have,
-                            "no GPU request (empty train_slurm_gres, train_slurm_gpus_per_node 0)" if not have
+                            "no GPU request (train_slurm_gpus_per_node 0)" if not have
                             else "1-%d" % have))
     return name
 
@@ -298,9 +298,7 @@ def sbatch_options(spec):
 
 
 _VARIABLE = {"--partition": "train_slurm_partition", "--account": "train_slurm_account",
-             "--gres": "train_slurm_gres", "--time": "train_slurm_time",
-             "--constraint": "train_slurm_constraint", "--job-name": "train_slurm_job_name",
-             "--output": "train_slurm_dir"}
+             "--time": "train_slurm_time", "--output": "train_slurm_dir"}
 
 
 def torchrun_argv(spec):

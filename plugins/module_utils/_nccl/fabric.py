@@ -99,11 +99,11 @@ def _gid_index_for(port):
 
 
 def _check_choices(fabric, roce_gid_index, node):
-    """FabricError when nccl_tuning_fabric or nccl_tuning_roce_gid_index is not one of its choices."""
+    """FabricError when nccl_tuning_fabric or the option roce_gid_index is not one of its choices."""
     if fabric not in FABRICS:
         raise FabricError("%s: nccl_tuning_fabric=%r is not one of %s" % (node, fabric, ", ".join(FABRICS)))
     if roce_gid_index not in GID_INDEX_MODES:
-        raise FabricError("%s: nccl_tuning_roce_gid_index=%r is not one of %s"
+        raise FabricError("%s: roce_gid_index=%r is not one of %s"
                           % (node, roce_gid_index, ", ".join(GID_INDEX_MODES)))
 
 

@@ -44,6 +44,7 @@ def guarded_ports(argv, watch):
 # chances to renew before it expires (docs/design.md, "Fixed timings"). The torchrun module's default.
 TTL = 60
 
+
 def keeper_argv(python, nft, pid, result_file, ttl, refresh, delete):
     """The firewall keeper's command line. It runs as root: its code comes from the module
     (``-c``), never from the job directory, which the job's user may write; isolated (``-I``): no

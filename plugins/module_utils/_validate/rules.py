@@ -13,7 +13,6 @@ Rules run only on values whose type is right.
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
@@ -101,13 +100,10 @@ def _nnodes(variable, value, values, ctx):
 
 
 def _max_restarts(variable, value, values, ctx):
-    """Restarts that cannot happen: static rendezvous cannot re-rendezvous; under Slurm, srun
-    --kill-on-bad-exit ends the step on every node at the first failure."""
+    """Restarts that cannot happen: under Slurm, srun --kill-on-bad-exit ends the step on every node at
+    the first failure."""
     if not is_int(value) or int(value) <= 0:
         return []
-    if str(values.get("train_rdzv_backend", "c10d")) == "static":
-        return [Problem(variable, value, "train_rdzv_backend=static cannot re-rendezvous, restarts cannot help",
-                        "0, or train_rdzv_backend c10d (with train_nnodes MIN:MAX to survive a lost node)")]
     if str(values.get("train_launcher", "ssh")) == "slurm":
         return [Problem(variable, value, "train_launcher=slurm ends the step on every node at the first failure "
                         "(srun --kill-on-bad-exit), restarts cannot help", "0 with train_launcher slurm")]
@@ -128,16 +124,6 @@ def _detach(variable, value, values, ctx):
     if str(values.get("train_launcher", "ssh")) != "ssh":
         problems.append(Problem(variable, value, "only train_launcher=ssh detaches",
                                 "false with train_launcher %s" % values.get("train_launcher")))
-    return problems
-
-
-def _watch_port(variable, value, values, ctx):
-    if str(value).strip() == "":
-        return []
-    problems = check_range(variable, value, 1, 65535, int)
-    if not problems and str(value) == str(values.get("train_rdzv_port", 29400)):
-        problems.append(Problem(variable, value, "the same as train_rdzv_port",
-                                "empty (train_rdzv_port + 1) or another free port"))
     return problems
 
 
@@ -205,17 +191,6 @@ def _nvcc(variable, value, values, ctx):
         return []
     return [Problem(variable, value, "neither empty, none nor an absolute path",
                     "\"\" (search PATH, $CUDA_HOME/bin, /usr/local/cuda/bin), none, or the absolute path of nvcc")]
-
-
-def _ipv4_or_empty(variable, value, values, ctx):
-    if value == "":
-        return []
-    try:
-        ipaddress.IPv4Address(str(value))
-    except ValueError:
-        return [Problem(variable, value, "not an IPv4 address", "empty (the default route's) or an address such "
-                                                                "as 10.0.0.11")]
-    return []
 
 
 def _not_root(variable, value, values, ctx):
@@ -303,14 +278,11 @@ def _deepspeed_source(variable, value, values, ctx):
 def _manifest(variable, value, values, ctx):
     """wheel_distribute: the manifest on the controller exists and is schema 1 JSON, naming the file."""
     manifest = values.get("wheel_distribute_manifest") or ""
-    wheel = values.get("wheel_distribute_wheel") or ""
     dist_dir = values.get("wheel_distribute_dist_dir") or ""
-    if not all(isinstance(v, str) and (v == "" or v.startswith("/")) for v in (manifest, wheel, dist_dir)):
+    if not all(isinstance(v, str) and (v == "" or v.startswith("/")) for v in (manifest, dist_dir)):
         return []  # the path checks report it
     if manifest:
         name, path = "wheel_distribute_manifest", manifest
-    elif wheel:
-        name, path = "wheel_distribute_wheel", wheel + ".manifest.json"
     else:
         name = "wheel_distribute_dist_dir"
         try:
@@ -323,6 +295,29 @@ def _manifest(variable, value, values, ctx):
                             "run build_deepspeed.yml first, or point wheel_distribute_manifest at a manifest")]
         path = max(found, key=lambda p: (os.path.getmtime(p), p))
     return check_manifest_file(name, path)
+
+
+NCCL_TESTS_KEYS = ("bin", "args", "gpus", "min_bw")
+
+
+def _nccl_tests(variable, value, values, ctx):
+    """nccl_tuning_tests: the keys bin (absolute path), args (strings or numbers), gpus (0 or more) and
+    min_bw (GB/s, 0 or more), each optional."""
+    problems = []
+    for key, item in value.items():
+        where = "%s[%s]" % (variable, json.dumps(str(key)))
+        if key not in NCCL_TESTS_KEYS:
+            problems.append(Problem(where, item, "the key %s is not one of the check's" % show(key),
+                                    "keys among %s" % ", ".join(NCCL_TESTS_KEYS)))
+        elif key == "bin":
+            problems.extend(check_type(where, item, "path"))
+        elif key == "args":
+            problems.extend(check_type(where, item, "list") or _scalar_items(where, item, values, ctx))
+        else:
+            number = int if key == "gpus" else float
+            problems.extend(check_type(where, item, "int" if key == "gpus" else "float")
+                            or check_range(where, item, 0, None, number))
+    return problems
 
 
 def check_manifest_file(name, path):
@@ -346,12 +341,10 @@ RULES = {
     # train
     "train_nnodes": [_nnodes],
     "train_nproc_per_node": [_nproc],
-    "train_cpu_nproc": [_range(1)],
     "train_rdzv_port": [_range(1, 65535), _ssh_port],
     "train_user": [_train_user],
     "train_group": [_pattern(r"^([a-z_][a-z0-9_-]{0,30}\$?)?$", "empty (the account's own) or a group name")],
     "train_firewall": [_firewall],
-    "train_firewall_ttl": [_range(10)],
     "train_rdzv_conf": [_rdzv_conf],
     "train_interface": [_pattern(r"^[^\s/,:]*$", "empty (the default route's) or an interface name such as eth0")],
     "train_job_id": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
@@ -365,13 +358,9 @@ RULES = {
     "train_attach": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
                               "empty, or the id of a job a launch printed (letters, digits, _ . -)")],
     "train_lease": [_range(0)],
-    "train_lost_timeout": [_range(2, 3600)],
-    "train_fail_grace": [_range(0, 300)],
     "train_progress_interval": [_range(1)],
-    "train_watch_port": [_watch_port],
     "train_timeout": [_range(0)],
     "train_stop_grace": [_range(0)],
-    "train_connect_timeout": [_range(1)],
     "train_code_src": [_code_src],
     "train_requirements_file": [_controller_file],
     "train_accelerate_config": [_controller_file],
@@ -393,10 +382,8 @@ RULES = {
     "deepspeed_build_env": [_env()],
     "deepspeed_build_torch_requirement": [_not_empty("a requirement such as torch==2.13.0")],
     "deepspeed_build_python": [_not_empty("python3 or the absolute path of an interpreter on the build host")],
-    "deepspeed_build_workdir": [_not_root],
     # toolchain
     "toolchain_gcc_version": [_gcc_version],
-    "toolchain_alternatives_priority": [_range(0)],
     "toolchain_nvcc": [_nvcc],
     # wheel_distribute
     "wheel_distribute_venv": [_not_root],
@@ -410,11 +397,9 @@ RULES = {
     "nccl_tuning_overrides": [_env(key_re=r"^NCCL_[A-Z0-9_]+$", key_valid="NCCL_* names in capitals",
                                    allow_null=True)],
     "nccl_tuning_env": [_env(allow_null=True)],
-    "nccl_tuning_cluster_address": [_ipv4_or_empty],
     "nccl_tuning_socket_ifname": [_pattern(r"^[^\s/]*$", "empty or NCCL_SOCKET_IFNAME syntax such as eth0 or ^lo")],
     "nccl_tuning_user": [_pattern(r"^([A-Za-z_][A-Za-z0-9_.-]*\$?)?$", "empty (the connecting user) or a user name")],
-    "nccl_tuning_tests_gpus": [_range(0)],
-    "nccl_tuning_tests_min_bw": [_range(0, number=float)],
+    "nccl_tuning_tests": [_nccl_tests],
 }
 
 # Variables whose empty value means "none" although the default is not empty.

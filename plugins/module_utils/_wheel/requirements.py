@@ -36,7 +36,8 @@ def parse_requirements(lines, source):
     """[(source, lineno, text)] -> list of dicts {source, line, text, name}.
 
     Comments, blank lines and trailing comments are skipped. pip options (-r, -e, --index-url ...) are
-    refused: the resolution is done once, with wheel_distribute_requirements_pip_args.
+    refused: the resolution is done once, with pip's own configuration on the controller (pip.conf,
+    PIP_INDEX_URL) and the module's pip_args.
     """
     if not HAS_PACKAGING:  # pragma: no cover
         raise RequirementsError("python package 'packaging' is needed on the controller")
@@ -48,7 +49,7 @@ def parse_requirements(lines, source):
         where = "%s line %d" % (source, lineno)
         if text.startswith("-"):
             problems.append("%s: %r: pip options are not supported in job requirements; valid: one PEP 508 "
-                            "requirement per line (index options go in wheel_distribute_requirements_pip_args)"
+                            "requirement per line (index options go in pip's configuration: pip.conf, PIP_INDEX_URL)"
                             % (where, text))
             continue
         try:

@@ -134,7 +134,7 @@ def test_incompatible_ops_named_with_reason_and_fix(source):
     assert ("fp_quantizer (FPQuantizerBuilder) compiles only for compute capability >= 8.0, its builder drops 7.5 "
             "from deepspeed_build_cuda_arch_list='7.5;9.0+PTX'") in text
     assert "async_io (AsyncIOBuilder) is incompatible with this build host: it needs libaio" in text
-    assert "install libaio-dev or set deepspeed_build_install_prerequisites=true" in text
+    assert "install libaio-dev or set install_prerequisites=true" in text
     assert "gds (GDSBuilder) is incompatible with this build host: it needs libcufile" in text
     # CUTLASS_PATH given: evoformer_attn is buildable.
     assert not [p for p in o.incompatible_ops(selected, "cuda", ["8.0"], env={"CUTLASS_PATH": "/opt/cutlass"})

@@ -478,7 +478,7 @@ def test_aistation_mapping_and_elastic():
     ({}, "auto", "MASTER_ADDR is not set; valid: the platform sets MASTER_ADDR, MASTER_PORT and WORLD_SIZE "
                  "(SenseCore) or NNODES (AIStation); this container has none of"),
     ({"MASTER_ADDR": "a", "MASTER_PORT": "99999", "NNODES": "2"}, "auto", "outside 1-65535"),
-    (SENSECORE, "kubernetes", "train_env_platform='kubernetes'"),
+    (SENSECORE, "kubernetes", "platform='kubernetes'"),
 ])
 def test_platform_refusals_name_the_variable(environ, platform, fragment):
     with pytest.raises(pe.PlatformError) as err:

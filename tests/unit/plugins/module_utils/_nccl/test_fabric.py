@@ -262,7 +262,7 @@ def test_cluster_interface_missing_on_node_fails():
 
 
 @pytest.mark.parametrize("kwargs, name", [({"fabric": "rdma"}, "nccl_tuning_fabric"),
-                                          ({"roce_gid_index": "yes"}, "nccl_tuning_roce_gid_index")])
+                                          ({"roce_gid_index": "yes"}, "roce_gid_index")])
 def test_invalid_choices_are_refused(kwargs, name):
     with pytest.raises(FabricError, match="node7: %s=" % name):
         plan(detect("eth_only"), node="node7", **kwargs)

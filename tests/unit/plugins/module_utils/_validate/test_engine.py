@@ -244,10 +244,13 @@ CASES = [
     ("toolchain_nvcc", "nvcc", [], "neither empty, none nor an absolute path"),
     ("wheel_distribute_index_url", "pypi.org", [], "http(s)://"),
     ("nccl_tuning_nccl_version", "latest", [], "auto or a version"),
-    ("nccl_tuning_cluster_address", "10.0.0", [], "not an IPv4 address"),
+    ("nccl_tuning_socket_ifname", "eth0 eth1", [], "NCCL_SOCKET_IFNAME syntax"),
     ("nccl_tuning_user", "bad user", [], "a user name"),
     ("nccl_tuning_overrides", {"IB_HCA": "x"}, [], "NCCL_* names in capitals"),
-    ("nccl_tuning_tests_min_bw", -1, [], "valid: 0 or more"),
+    ("nccl_tuning_tests", {"min_bw": -1}, [], 'nccl_tuning_tests["min_bw"]=-1: out of range; valid: 0 or more'),
+    ("nccl_tuning_tests", {"gpu": 8}, [], "not one of the check's; valid: keys among bin, args, gpus, min_bw"),
+    ("nccl_tuning_tests", {"bin": "all_reduce_perf"}, [], 'nccl_tuning_tests["bin"]="all_reduce_perf": a relative'),
+    ("nccl_tuning_tests", {"args": ["-b", None]}, [], 'nccl_tuning_tests["args"][1]=null'),
     ("train_venv", "/", [], "the root directory"),
     ("train_rdzv_port", 22, [], 'train_rdzv_port=22: collides with ssh (port 22); valid: a free port'),
     ("train_rdzv_port", "22", [], "collides with ssh"),
@@ -255,7 +258,7 @@ CASES = [
     ("train_user", "Bad User", [], "cannot be created, not a valid account name"),
     ("train_group", "Bad Group", [], "a group name"),
     ("train_firewall", "maybe", [], "not auto or a boolean"),
-    ("train_firewall_ttl", 5, [], "valid: 10 or more"),
+    ("train_progress_interval", 0, [], "valid: 1 or more"),
 ]
 
 
@@ -316,7 +319,7 @@ MANIFEST = {"schema": 1, "wheel": "w.whl", "wheel_sha256": "0" * 64, "deepspeed"
 
 
 def _manifest_values(tmp_path, **kw):
-    values = {"wheel_distribute_manifest": "", "wheel_distribute_wheel": "", "wheel_distribute_dist_dir": str(tmp_path)}
+    values = {"wheel_distribute_manifest": "", "wheel_distribute_dist_dir": str(tmp_path)}
     values.update(kw)
     return values
 
@@ -354,8 +357,6 @@ def test_missing_manifest_names_the_variable_that_points_at_it(tmp_path):
     assert "holds no *.whl.manifest.json" in empty.what
     (named,) = rule("x", str(tmp_path), _manifest_values(tmp_path, wheel_distribute_manifest=str(tmp_path / "m")), {})
     assert named.variable == "wheel_distribute_manifest" and "cannot be read" in named.what
-    (by_wheel,) = rule("x", str(tmp_path), _manifest_values(tmp_path, wheel_distribute_wheel=str(tmp_path / "w")), {})
-    assert by_wheel.variable == "wheel_distribute_wheel" and by_wheel.value.endswith("w.manifest.json")
 
 
 @pytest.mark.parametrize("tags, only, skip, selected", [
