@@ -5,7 +5,9 @@
 Each poll is one module call on the submit host (it waits up to ``wait`` seconds and touches the
 controller heartbeat the submit host's guard watches); between polls the controller prints the
 job's state, nodes and elapsed time, and once the ranks print steps the latest step and the slowest node
-so far (_torchrun.live.ClusterLive). One task for any job length: no include recursion (which
+so far (_torchrun.live.ClusterLive); with ``stream_ranks``, the lines those ranks printed, as
+``<node>:<rank> <line>``, as they come (a poll returns about a second after they printed). One task
+for any job length: no include recursion (which
 exhausts Python's stack after a few hundred polls), no retry messages.
 """
 from __future__ import annotations
@@ -35,6 +37,10 @@ class ActionModule(ActionBase):
         try:
             while True:
                 polled = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
+                # the streamed ranks' new lines, as the torchrun action prints them
+                for node, rank, text in polled.pop("stream", None) or []:
+                    display.display("%s:%s %s" % (node, rank, text))
+                args["stream_offsets"] = polled.pop("stream_offsets", None) or args.get("stream_offsets") or {}
                 if polled.get("failed") or polled.get("done"):
                     result.update(polled)
                     return result

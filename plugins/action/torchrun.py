@@ -9,7 +9,9 @@ controller lease (``<job dir>/lease``, watched by the node's watcher) once, then
 until the job ended there - it returns at once then, with the full finished result - or until the
 window is over, returning the node's progress, which the controller prints every O(poll) seconds
 (running ranks, restarts, seconds since the start, the last line of local rank 0). The window ends
-at the next progress line and is at most a third of the lease (the node clamps it). Between calls
+at the next progress line and is at most a third of the lease (the node clamps it). With
+``stream_ranks``, a window also ends about a second after those ranks printed, and the answer carries
+their new lines, which the action prints as they come (``<node>:<rank> <line>``). Between calls
 the action checks that ansible-playbook is still there; if it went away the polls stop and the nodes
 stop the job when the lease runs out.
 
@@ -42,6 +44,8 @@ MODULE = "multinode.training.torchrun"
 # the start of a poll, so the window does not delay the nodes' end of a job whose ansible-playbook was
 # killed; it only bounds how long the orphaned worker lingers.
 LONGEST_WINDOW = 30.0
+# Lines of each streamed rank's output an attach prints first (what they printed before it came).
+ATTACH_TAIL = 10
 
 
 class ActionModule(ActionBase):
@@ -86,6 +90,10 @@ class ActionModule(ActionBase):
             args["archive"] = os.path.join(args.get("log_dir") or LOG_DIR,
                                            "%s.%s.logs.tgz" % (args.get("job_id") or args.get("rdzv_id"), host))
         parent = os.getppid()
+        streamed = bool(args.get("stream_ranks"))
+        if streamed:
+            # A launch streams the ranks' output from its start; an attach from its last lines.
+            args.update(stream_offsets={}, stream_tail=ATTACH_TAIL if first else 0)
         try:
             next_print = time.time() + (0 if first else poll)
             answerless = False
@@ -98,6 +106,8 @@ class ActionModule(ActionBase):
                 window = next_window(time.time(), next_print, min(poll, LONGEST_WINDOW), first)
                 first = False
                 polled = self._poll(args, window, task_vars, host)
+                if streamed:
+                    self._stream(host, polled, args)
                 if polled.get("failed") and not polled.get("done"):
                     if "done" not in polled and "module_stdout" in polled and not answerless:
                         # The call died without an answer (a long poll is nearly always in flight when a
@@ -109,7 +119,8 @@ class ActionModule(ActionBase):
                 answerless = False
                 if polled.get("done"):
                     break
-                next_print = self._progress(host, polled, next_print, poll, live_line)
+                local0 = any(key.split("/")[1:2] == ["0"] for key in args.get("stream_offsets") or {})
+                next_print = self._progress(host, polled, next_print, poll, live_line, local0)
             packed = polled.pop("archive", None)
             result.update(polled)
             if collect_to:
@@ -136,13 +147,28 @@ class ActionModule(ActionBase):
                     "wait: %s" % (host, exc)}
 
     @staticmethod
-    def _progress(host, polled, next_print, poll, live):
+    def _stream(host, polled, args):
+        """Print the streamed ranks' new lines (``<node>:<rank> <line>``, as they were printed); the next poll
+        starts where this one left off. Neither goes into the task's result."""
+        for rank, text in polled.pop("stream", None) or []:
+            display.display("%s:%s %s" % (host, rank, text))
+        offsets = polled.pop("stream_offsets", None)
+        if offsets is not None:
+            args.update(stream_offsets=offsets, stream_tail=0)
+
+    @staticmethod
+    def _progress(host, polled, next_print, poll, live, streamed=False):
         """Print the node's progress line when it is due, with its latest step and the slowest node so
-        far (_torchrun.live: measured at every poll) -> when the next one is."""
+        far (_torchrun.live: measured at every poll) -> when the next one is. Where the node's local rank 0
+        is streamed (``streamed``), without its last line (printed already)."""
         now = time.time()
         extra = live.line(polled)
         if now >= next_print - 0.5:
-            display.display("[%s] %s%s" % (host, polled.get("progress"), extra))
+            progress = polled.get("progress") or ""
+            rank0 = " | rank 0: %s" % polled.get("rank0_line")
+            if streamed and progress.endswith(rank0):
+                progress = progress[:-len(rank0)]
+            display.display("[%s] %s%s" % (host, progress, extra))
             return now + poll
         return next_print
 

@@ -183,6 +183,20 @@ options:
         step is over this many times the nodes' median (the job report's straggler rule).
     type: float
     default: 1.2
+  stream_ranks:
+    description:
+      - With O(follow), the output of these global ranks (their C(stdout.log), then their C(stderr.log), read from the
+        shared job directory) reaches the controller while the job runs, each line printed as C(<node>:<rank> <line>);
+        a poll ends about a second after they printed. A list of global ranks, or V(all). Empty - none.
+    type: list
+    elements: str
+    default: []
+  stream_offsets:
+    description:
+      - Set by the action for each poll (leave it unset) - where the last poll left off in each streamed rank log
+        (C(<node>/<attempt>/<local rank>/<stdout|stderr>) to a byte offset).
+    type: dict
+    default: {}
   wait:
     description: Seconds O(state=status) waits for the job to end before it returns the current state.
     type: int
@@ -324,6 +338,17 @@ progress:
 live:
   description: Per node, the latest samples of its ranks (as the torchrun module's RV(live)), for the progress lines.
   returned: state is status, while the job is in the queue
+  type: dict
+stream:
+  description:
+    - The lines the ranks of O(stream_ranks) printed since O(stream_offsets), as C([node, global rank, line]); the
+      action prints them and drops them from the task's result.
+  returned: state is status, with O(stream_ranks)
+  type: list
+  elements: list
+stream_offsets:
+  description: Where this poll left off in each streamed rank log, for the next poll's O(stream_offsets).
+  returned: state is status, with O(stream_ranks)
   type: dict
 done:
   description: Whether the job has left the queue.

@@ -218,6 +218,27 @@ options:
         (RV(done) false, RV(progress)); the lease is renewed once, at the start. V(0) - wait until the end.
     type: float
     default: 0
+  stream_ranks:
+    description:
+      - With O(follow), the output of these global ranks (their C(stdout.log), then their C(stderr.log)) reaches the
+        controller while the job runs, each line printed as C(<node>:<rank> <line>) between the progress lines;
+        a long poll ends about a second after they printed. A list of global ranks, or V(all). Empty - none.
+      - The whole output stays in each rank's log either way.
+    type: list
+    elements: str
+    default: []
+  stream_offsets:
+    description:
+      - Set by the action for each long poll of O(follow) (leave it unset) - where the last poll left off in each
+        rank log of O(stream_ranks) (C(<attempt>/<local rank>/<stdout|stderr>) to a byte offset, RV(stream_offsets)).
+    type: dict
+    default: {}
+  stream_tail:
+    description:
+      - Set by the action (leave it unset) - a rank log that O(stream_offsets) does not name yet starts at its last
+        this many lines (the first poll of an attach), V(0) - at its start.
+    type: int
+    default: 0
   archive:
     description:
       - With O(follow_limit) - pack the job directory when the job ended (RV(archive)); an archive larger than
@@ -471,6 +492,17 @@ live:
       latest attempt, their count, the latest sample's time, the last candidate step lines of the lowest local
       rank); null before the first sample. The action's progress lines use it (O(step_pattern)).
   returned: state is status, or with O(follow_limit) while the job runs
+  type: dict
+stream:
+  description:
+    - The lines the ranks of O(stream_ranks) on this node printed since O(stream_offsets), as C([global rank, line])
+      (per rank its stdout's, then its stderr's); the action prints them and drops them from the task's result.
+  returned: with O(follow_limit) and O(stream_ranks)
+  type: list
+  elements: list
+stream_offsets:
+  description: Where this poll left off in each streamed rank log, for the next poll's O(stream_offsets).
+  returned: with O(follow_limit) and O(stream_ranks)
   type: dict
 done:
   description: Whether the job ended on this node.

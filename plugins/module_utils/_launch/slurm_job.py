@@ -37,7 +37,7 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
 )
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe, rankwrap, sampler
 from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _node_torchrun
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples, stream_lines, stream_pending
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     STOP_GRACE,
     VENV,
@@ -56,7 +56,9 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.colle
     read_json,
     read_text,
 )
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import stream_ranks
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import supervisor_source
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import BATCH
 
 
 # Seconds without a poll from the controller after which the submit host's guard cancels the job:
@@ -100,6 +102,10 @@ ARGUMENT_SPEC = dict(
     follow=dict(type="bool", default=False),
     step_pattern=dict(type="str", default=""),
     straggler_ratio=dict(type="float", default=straggler.RATIO),
+    # The output of these ranks travels with each poll (as with the torchrun module), and where the last
+    # poll left off in each node's rank logs.
+    stream_ranks=dict(type="list", elements="str", default=[]),
+    stream_offsets=dict(type="dict", default={}),
     wait=dict(type="int", default=10),
     controller_timeout=dict(type="int", default=CONTROLLER_TIMEOUT),
     tail_lines=dict(type="int", default=TAIL_LINES),
@@ -325,14 +331,44 @@ def results(module, job_id, job_dir, info, ended_at):
     return out
 
 
+def node_offsets(offsets, node):
+    """The streamed rank logs' offsets of one node (kept as ``<node>/<key>`` for all the nodes)."""
+    prefix = node + "/"
+    return dict((key[len(prefix):], value) for key, value in (offsets or {}).items() if key.startswith(prefix))
+
+
+def stream(job_dir, nodes, ranks, offsets, final=False):
+    """The new lines of the streamed ranks in every node's job directory (``<job dir>/<node>/``) ->
+    ([[node, global rank, line]], offsets): _node.watch.stream_lines per node."""
+    lines, out = [], dict(offsets or {})
+    for node in nodes:
+        if os.path.isdir(os.path.join(job_dir, node)):
+            got, mine = stream_lines(os.path.join(job_dir, node), ranks, node_offsets(offsets, node), final=final)
+            lines.extend([node] + item for item in got)
+            out.update(("%s/%s" % (node, key), value) for key, value in mine.items())
+    return lines, out
+
+
+def stream_news(job_dir, nodes, ranks, offsets):
+    """Whether a streamed rank of any node printed since ``offsets``."""
+    return any(stream_pending(os.path.join(job_dir, node), ranks, node_offsets(offsets, node))
+               for node in nodes if os.path.isdir(os.path.join(job_dir, node)))
+
+
 def status(module):
     p = module.params
     job_id = p["job_id"]
     job_dir = os.path.join(p["job_base"], job_id)
     heartbeat = os.path.join(job_dir, "controller.heartbeat")
     submitted = (read_json(os.path.join(job_dir, "submit.json")) or {}).get("submitted") or time.time()
-    deadline = time.time() + max(p["wait"], 0)
+    began = time.time()
+    deadline = began + max(p["wait"], 0)
     timed_out = False
+    try:
+        ranks = stream_ranks(p["stream_ranks"])
+    except ValueError as exc:
+        module.fail_json(msg=str(exc), job_id=job_id)
+    offsets = p["stream_offsets"] or {}
     while True:
         if os.path.exists(heartbeat):
             os.utime(heartbeat, None)
@@ -346,18 +382,24 @@ def status(module):
             timed_out = True
             info = job_info(module, job_id)
             break
-        if time.time() >= deadline:
+        nodes = expand_hostlist(info.get("nodes") or "")
+        # As the torchrun module's long poll: back a second after a streamed rank printed.
+        news = ranks and time.time() - began >= BATCH and stream_news(job_dir, nodes, ranks, offsets)
+        if time.time() >= deadline or news:
             progress = "job %s: %s%s, %s node(s) %s, elapsed %s" % (
                 job_id, state, " (%s)" % info["reason"] if info.get("reason") else "",
                 info.get("num_nodes"), info.get("nodes") or "-", info.get("elapsed"))
-            nodes = expand_hostlist(info.get("nodes") or "")
+            streamed = stream(job_dir, nodes, ranks, offsets) if ranks else ([], offsets)
             module.exit_json(changed=False, job_id=job_id, job_dir=job_dir, state=state, done=False,
                              nodes=nodes, elapsed=info.get("elapsed"), progress=progress,
                              live={node: live_samples(os.path.join(job_dir, node)) for node in nodes
-                                   if os.path.isdir(os.path.join(job_dir, node))})
+                                   if os.path.isdir(os.path.join(job_dir, node))},
+                             stream=streamed[0], stream_offsets=streamed[1])
         time.sleep(1)
     ended_at = time.time()
     out = results(module, job_id, job_dir, info, ended_at)
+    if ranks:
+        out["stream"], out["stream_offsets"] = stream(job_dir, out["nodes"], ranks, offsets, final=True)
     if timed_out:
         out["job_failed"] = True
         out["root_cause_line"] = "job %s ran past train_timeout=%ss since submission and was cancelled; %s" % (

@@ -588,6 +588,114 @@ def follow_window(requested, lease):
     return max(0.5, window)
 
 
+# The job's output for the controller (train_stream_ranks): each poll sends the lines the chosen global
+# ranks printed since the controller's offsets. At most STREAM_BYTES of one log per poll (a rank that
+# prints faster arrives in pieces); a line longer than STREAM_LINE characters is cut (the log keeps it).
+STREAM_BYTES = 65536
+STREAM_LINE = 2000
+STREAMS = ("stdout", "stderr")
+
+
+def rank_logs(job_dir):
+    """Every attempt's rank logs -> [(attempt, local rank, global rank, stream, path)], in that order. A rank
+    whose start record (``exits/<attempt>_<local rank>.start``, its global rank) is not written yet has
+    printed nothing: it is left out until then."""
+    found = []
+    for root, dirs, _files in os.walk(os.path.join(job_dir, "ranks")):
+        name = os.path.basename(root)
+        if not (name.startswith("attempt_") and name[8:].isdigit()):
+            continue
+        attempt = int(name[8:])
+        for local in (d for d in dirs if d.isdigit()):
+            start = _read_json(os.path.join(job_dir, "exits", "%d_%s.start" % (attempt, local)))
+            if isinstance(start, dict) and isinstance(start.get("rank"), int):
+                found.extend((attempt, int(local), start["rank"], stream, os.path.join(root, local, stream + ".log"))
+                             for stream in STREAMS)
+    return sorted(found, key=lambda item: (item[0], item[1], STREAMS.index(item[3])))
+
+
+def stream_key(attempt, local, stream):
+    """The controller's name for one rank log: ``<attempt>/<local rank>/<stdout|stderr>``."""
+    return "%d/%d/%s" % (attempt, local, stream)
+
+
+def chosen_logs(job_dir, ranks):
+    """(key, global rank, path) of the logs of ``ranks`` (a collection of global ranks, or "all")."""
+    return [(stream_key(attempt, local, stream), rank, path) for attempt, local, rank, stream, path
+            in rank_logs(job_dir) if ranks == "all" or rank in ranks]
+
+
+def read_from(path, offset, size):
+    """Up to ``size`` bytes of a regular file from byte ``offset`` -> (bytes, the file's size); (b"", 0)
+    where it cannot be read (``open_regular``: no link, no FIFO)."""
+    fd, st = open_regular(path)
+    if fd is None:
+        return b"", 0
+    try:
+        if offset >= st.st_size:
+            return b"", st.st_size
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, min(size, st.st_size - offset)), st.st_size
+    except OSError:
+        return b"", 0
+    finally:
+        os.close(fd)
+
+
+def tail_offset(path, lines):
+    """The byte offset of the last ``lines`` whole lines of a file (at most STREAM_BYTES back)."""
+    size = read_from(path, 0, 0)[1]
+    start = max(0, size - STREAM_BYTES)
+    data = read_from(path, start, STREAM_BYTES)[0]
+    ends = [i + 1 for i, byte in enumerate(bytearray(data)) if byte == 10]
+    if len(ends) <= lines:
+        return start if start == 0 or not ends else start + ends[0]
+    return start + ends[-lines - 1]
+
+
+def screen_line(raw):
+    """One line of a log as a terminal shows it: what follows its last carriage return (a progress bar's
+    latest state), at most STREAM_LINE characters."""
+    text = raw.decode("utf-8", "replace").rstrip("\r").rsplit("\r", 1)[-1]
+    return text if len(text) <= STREAM_LINE else text[:STREAM_LINE] + " [...]"
+
+
+def stream_lines(job_dir, ranks, offsets, tail=0, final=False, size=STREAM_BYTES):
+    """The lines the chosen global ranks printed since ``offsets`` ({stream_key: byte offset}) -> (lines
+    [[global rank, text]], the new offsets). Per rank, its stdout's lines, then its stderr's. A log not in
+    ``offsets`` is read from its start (``tail`` > 0: from its last ``tail`` lines). Whole lines only,
+    except for a line longer than ``size`` and, with ``final`` (the job ended on this node), a last line
+    without its newline."""
+    lines, out = [], dict(offsets or {})
+    for key, rank, path in chosen_logs(job_dir, ranks):
+        offset = out.get(key)
+        if offset is None:
+            offset = tail_offset(path, tail) if tail else 0
+        data = read_from(path, int(offset), size)[0]
+        end = data.rfind(b"\n") + 1
+        if final or (end == 0 and len(data) >= size):
+            end = len(data)
+        chunk = data[:end]
+        pieces = chunk.split(b"\n") if chunk else []
+        if chunk.endswith(b"\n"):
+            pieces.pop()  # the nothing after the last newline
+        lines.extend([rank, screen_line(raw)] for raw in pieces)
+        out[key] = int(offset) + end
+    return lines, out
+
+
+def stream_pending(job_dir, ranks, offsets):
+    """Whether a chosen rank printed anything since ``offsets`` (a log that grew, or a new one)."""
+    for key, _rank, path in chosen_logs(job_dir, ranks):
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if S_ISREG(st.st_mode) and st.st_size > int((offsets or {}).get(key) or 0):
+            return True
+    return False
+
+
 # ==================================================================================================
 # 5. Hub: the first node's watcher hears every node's state over TCP, decides the stop (the first
 #    failure by time, a lost node, the lease) and answers it to each node.

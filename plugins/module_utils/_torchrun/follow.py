@@ -148,13 +148,26 @@ def add_watch_state(job_dir, result):
 
 def wait_args(args):
     """The arguments of a start (O(state=started)) -> those of the long polls that wait for that job in the
-    same task (``follow``: O(state=finished) of the same job id in the same log directory, with its timeout
-    and stop grace)."""
+    same task (``follow``: O(state=finished) of the same job id in the same log directory, with its timeout,
+    stop grace and the ranks whose output it streams)."""
     waited = {"state": "finished", "job_id": args.get("job_id") or args.get("rdzv_id")}
-    for key in ("log_dir", "timeout", "stop_grace"):
+    for key in ("log_dir", "timeout", "stop_grace", "stream_ranks"):
         if args.get(key) is not None:
             waited[key] = args[key]
     return waited
+
+
+def stream_ranks(values):
+    """The option O(stream_ranks) -> None (stream nothing), "all", or a frozenset of global ranks; a
+    ValueError names a bad item."""
+    items = [str(value).strip() for value in values or []]
+    if "all" in items:
+        return "all"
+    bad = [item for item in items if not item.isdigit()]
+    if bad:
+        raise ValueError("stream_ranks=%s: %r is not a global rank; valid: a list of global ranks "
+                         "(integers >= 0), or all" % (list(values), bad[0]))
+    return frozenset(int(item) for item in items) or None
 
 
 def next_window(now, next_print, longest, first=False):

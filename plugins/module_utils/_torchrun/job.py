@@ -32,7 +32,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import TTL as FIREWALL_TTL
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status, stream_ranks
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import job_alive
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import start
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import follow, stop, wait
@@ -76,6 +76,11 @@ ARGUMENT_SPEC = dict(
     # Set by the action for each long poll of a followed wait, and where the job directory's archive
     # goes when it is too big to travel in the result.
     follow_limit=dict(type="float", default=0),
+    # The output of these ranks travels with each long poll (the action's stream_ranks); where the last
+    # poll left off in each rank log, and where a log the controller has not seen starts (an attach).
+    stream_ranks=dict(type="list", elements="str", default=[]),
+    stream_offsets=dict(type="dict", default={}),
+    stream_tail=dict(type="int", default=0),
     archive=dict(type="path"),
     archive_inline_max=dict(type="int", default=INLINE_MAX),
     watch=dict(type="dict", options=dict(
@@ -102,7 +107,8 @@ def run_module(module):
         module.no_log_values.add(value)
     try:
         job_id = validate_job_id(p["job_id"] or p["rdzv_id"], "job_id" if p["job_id"] else "rdzv_id")
-    except TorchrunError as exc:
+        stream_ranks(p["stream_ranks"])
+    except (TorchrunError, ValueError) as exc:
         module.fail_json(msg="%s (on %s)" % (exc, host))
     job_dir = os.path.join(p["log_dir"], job_id)
     job_file = os.path.join(job_dir, "job.json")

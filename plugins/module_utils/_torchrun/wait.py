@@ -12,11 +12,23 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import follow_window, job_done, read_tail
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
+    follow_window,
+    job_done,
+    read_tail,
+    stream_lines,
+    stream_pending,
+)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.agent_log import local_workers_succeeded
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, pack_job_dir, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import remove_firewall
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import add_watch_state, renew_lease, status, stop_watcher
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import (
+    add_watch_state,
+    renew_lease,
+    status,
+    stop_watcher,
+    stream_ranks,
+)
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import real_directory, write_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import describe, find_job_processes, job_alive, stop_job
 
@@ -80,20 +92,27 @@ def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
     return False, False
 
 
+# Seconds a long poll waits at least before it returns with new output of the streamed ranks: their lines
+# reach the controller within about this, and a rank that prints all the time costs one poll per BATCH.
+BATCH = 1.0
+
+
 def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.1, check_every=1.0,
-                 gone_after=3, clock=time.time, sleep=time.sleep):
+                 gone_after=3, clock=time.time, sleep=time.sleep, news=None):
     """One long poll of a followed wait: block at most ``limit`` s -> (ended, gave_up, barrier_abandoned).
 
     Ended at once (checked every ``poll`` s) when the job ended on this node the way O(state=status)
     says ``done`` (result.json and the watcher is done), also when a stop of the watchers ended it;
     the supervisor's liveness, the deadline and the exit barrier (as in ``wait_for_end``) are checked
-    every ``check_every`` s (they scan /proc). (False, False, False): still running, poll again.
+    every ``check_every`` s (they scan /proc). (False, False, False): still running, poll again - also
+    after BATCH s when ``news()`` says a streamed rank printed something (checked with the liveness).
     """
     result_file = os.path.join(job_dir, "result.json")
     state_file = os.path.join(job_dir, "watch_state.json")
     log_file = os.path.join(job_dir, "torchrun.log")
     deadline = job["start"] + timeout + grace + 30 if timeout and job.get("start") else None
-    end_by = clock() + limit
+    began = clock()
+    end_by = began + limit
     next_check = 0.0
     missed = 0
     while True:
@@ -124,6 +143,8 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
                 if now - since > barrier_grace:
                     stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
                     return True, False, True
+            if news is not None and now - began >= BATCH and news():
+                return False, False, False
         if now >= end_by:
             return False, False, False
         sleep(min(poll, max(0.0, end_by - now)))
@@ -131,14 +152,22 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
 
 def follow(module, job_id, job_dir, job, result, host):
     """A followed wait's long poll: renew the lease, wait up to follow_limit s; the progress when the job
-    still runs (RV(done) false), else the finished result (``finish``) with RV(done) true."""
+    still runs (RV(done) false), else the finished result (``finish``) with RV(done) true. With
+    O(stream_ranks), the poll also ends when those ranks printed, and carries their new lines (RV(stream))."""
     p = module.params
+    ranks = stream_ranks(p["stream_ranks"])  # checked by run_module
     renew_lease(job_dir)
     conf = read_json(os.path.join(job_dir, "watch.json")) or {}
     limit = follow_window(p["follow_limit"], conf.get("lease"))
     timeout = p["timeout"] or job.get("timeout") or 0
     grace = job.get("stop_grace", p["stop_grace"])
-    ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"])
+    offsets = p["stream_offsets"] or {}
+    news = (lambda: stream_pending(job_dir, ranks, offsets)) if ranks else None
+    ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"],
+                                             news=news)
+    if ranks:
+        result["stream"], result["stream_offsets"] = stream_lines(job_dir, ranks, offsets, p["stream_tail"],
+                                                                  final=ended)
     if not ended:
         result.update(status(job_id, job_dir, job, renew=False))
         result["done"] = False

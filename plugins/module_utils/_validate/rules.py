@@ -246,6 +246,20 @@ def _step_pattern(variable, value, values, ctx):
     return []
 
 
+def _stream_ranks(variable, value, values, ctx):
+    """Global ranks (a list, or a comma-separated string from the command line) or all."""
+    valid = "a list of global ranks (integers >= 0) such as [0] or [0, 8], [] for none, or all"
+    items = [item.strip() for item in value.split(",")] if isinstance(value, str) else value
+    if items == ["all"]:
+        return []
+    if not isinstance(items, list):
+        return [Problem(variable, value, "neither a list of global ranks nor all", valid)]
+    bad = [item for item in items if not (is_int(item) and int(item) >= 0)]
+    if bad:
+        return [Problem(variable, value, "%s is not a global rank" % show(bad[0]), valid)]
+    return []
+
+
 def _straggler_ratio(variable, value, values, ctx):
     """Over 1: a node this many times the median time per step is a straggler."""
     try:
@@ -359,6 +373,7 @@ RULES = {
                               "empty, or the id of a job a launch printed (letters, digits, _ . -)")],
     "train_lease": [_range(0)],
     "train_progress_interval": [_range(1)],
+    "train_stream_ranks": [_stream_ranks],
     "train_timeout": [_range(0)],
     "train_stop_grace": [_range(0)],
     "train_code_src": [_code_src],

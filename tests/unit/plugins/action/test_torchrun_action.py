@@ -128,3 +128,49 @@ def test_a_node_lost_during_a_poll_is_a_failed_wait_not_an_unreachable_host():
     out = action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {"inventory_hostname": "n2"})
     assert out["failed"] is True and "done" not in out
     assert out["msg"] == "lost the connection to n2 during the wait: container gone"
+
+
+class _Display(object):
+    def __init__(self):
+        self.lines = []
+
+    def display(self, msg, **kwargs):
+        self.lines.append(msg)
+
+
+class _Live(object):
+    def line(self, polled):
+        return " | step 3, loss 0.5"
+
+
+def test_streamed_lines_are_printed_with_node_and_rank_and_the_next_poll_starts_after_them(monkeypatch):
+    shown = _Display()
+    monkeypatch.setattr(action, "display", shown)
+    args = {"stream_ranks": ["0"], "stream_offsets": {}, "stream_tail": 10}
+    polled = {"done": False, "stream": [[0, "smoke: rank=0 step=1 loss=12.9"], [0, "warning: x"]],
+              "stream_offsets": {"0/0/stdout": 120, "0/0/stderr": 11}}
+    action.ActionModule._stream("node1", polled, args)
+    assert shown.lines == ["node1:0 smoke: rank=0 step=1 loss=12.9", "node1:0 warning: x"]
+    # neither goes into the task's result; the tail was for the first poll only
+    assert "stream" not in polled and "stream_offsets" not in polled
+    assert args == {"stream_ranks": ["0"], "stream_offsets": {"0/0/stdout": 120, "0/0/stderr": 11}, "stream_tail": 0}
+    # a poll that died without an answer keeps the offsets
+    action.ActionModule._stream("node1", {"failed": True, "module_stdout": ""}, args)
+    assert args["stream_offsets"] == {"0/0/stdout": 120, "0/0/stderr": 11}
+
+
+@pytest.mark.parametrize("streamed, expected", [
+    (True, "[node1] j1: running, 2 rank(s) running, 0 restart(s), 20s | step 3, loss 0.5"),
+    (False, "[node1] j1: running, 2 rank(s) running, 0 restart(s), 20s | rank 0: smoke: rank=0 step=3 | step 3, loss 0.5"),
+])
+def test_the_progress_line_leaves_out_a_streamed_local_rank_0_s_last_line(monkeypatch, streamed, expected):
+    shown = _Display()
+    monkeypatch.setattr(action, "display", shown)
+    polled = {"progress": "j1: running, 2 rank(s) running, 0 restart(s), 20s | rank 0: smoke: rank=0 step=3",
+              "rank0_line": "smoke: rank=0 step=3"}
+    action.ActionModule._progress("node1", polled, 0.0, 15.0, _Live(), streamed)
+    assert shown.lines == [expected]
+
+
+def test_wait_args_carry_the_streamed_ranks():
+    assert fol.wait_args(dict(START, stream_ranks=["0"]))["stream_ranks"] == ["0"]
