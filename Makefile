@@ -13,7 +13,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
-.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build gpu-bundle molecule clean
+.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build gpu-bundle gpu-check molecule clean
 
 ## demo: create .venv, then run the main job on the embedded default (this machine):
 ## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
@@ -21,8 +21,8 @@ demo: venv
 	$(BIN)/ansible-playbook build_deepspeed.yml
 	$(BIN)/ansible-playbook train.yml
 
-## test: everything the tests need, then all tests: lint sanity unit badinput gpu-bundle wheel
-## molecule one after another, cuda-build beside them (scripts/run_tests.sh).
+## test: everything the tests need, then all tests: lint sanity unit badinput wheel molecule one
+## after another, cuda-build then gpu-check beside them (scripts/run_tests.sh).
 test: venv-test harness
 	MAKE="$(MAKE)" bash scripts/run_tests.sh
 
@@ -75,6 +75,11 @@ cuda-build: venv
 gpu-bundle: venv
 	$(BIN)/python scripts/gpu_bundle.py build .gpu
 	$(BIN)/python scripts/gpu_bundle.py check .gpu
+
+## gpu-check: scripts/gpu_check.sh (the GPU machine's one call); here, without a GPU, its CPU
+## part: the bundle check, a build against a preinstalled torch, then its stop line.
+gpu-check: gpu-bundle
+	bash scripts/gpu_check.sh
 
 molecule: venv-test harness
 	bash scripts/run_molecule.sh $(SCENARIOS)

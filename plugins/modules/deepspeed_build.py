@@ -287,6 +287,11 @@ options:
         description: The unpacked DeepSpeed source to build.
         type: path
         required: true
+      venv:
+        description:
+          - The build venv, when not C(<workdir>/venv). Its torch is its own, or that of the environment its C(.pth) files
+            add (a build against the torch already installed for a python).
+        type: path
   manifest:
     description:
       - Check that a freshly built DeepSpeed wheel holds every requested op, and write its manifest.

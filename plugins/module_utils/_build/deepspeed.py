@@ -27,6 +27,7 @@ print(json.dumps({
     "pip": importlib.util.find_spec("pip") is not None,
     "venv": importlib.util.find_spec("venv") is not None and importlib.util.find_spec("ensurepip") is not None,
     "headers": os.path.exists(os.path.join(sysconfig.get_paths().get("include") or "", "Python.h")),
+    "site_packages": sorted(set(p for p in sys.path if p.endswith("-packages") and os.path.isdir(p))),
 }))
 '''
 
@@ -251,17 +252,34 @@ def installed_torch(venv_python):
     return None
 
 
-def runtime_torch(venv_python):
-    """{version, cuda} of the venv's torch as `import torch` says (torch.__version__, e.g. 2.13.0+cu130,
-    where pip's metadata says 2.13.0), read from torch/version.py without importing torch; None when absent."""
+def site_dirs(venv_python):
+    """The venv's site-packages, then the folders its .pth files add (as Python's site module reads them:
+    lines that are existing directories), such as the environment a build against an installed torch sees."""
     venv = os.path.dirname(os.path.dirname(venv_python))
-    for version_py in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages", "torch", "version.py"))):
+    found = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages")))
+    for site in list(found):
+        for pth in sorted(glob.glob(os.path.join(site, "*.pth"))):
+            with open(pth, errors="replace") as handle:
+                found.extend(line.strip() for line in handle
+                             if line.strip() and not line.startswith(("#", "import")) and os.path.isdir(line.strip()))
+    return found
+
+
+def runtime_torch(venv_python):
+    """{version, cuda, site_packages} of the torch the venv imports, as `import torch` says (torch.__version__,
+    e.g. 2.13.0+cu130, where pip's metadata says 2.13.0), read from torch/version.py without importing torch;
+    None when absent. site_packages: the folder it is in (the venv's, or the environment's its .pth adds)."""
+    for site in site_dirs(venv_python):
+        version_py = os.path.join(site, "torch", "version.py")
+        if not os.path.isfile(version_py):
+            continue
         with open(version_py, errors="replace") as handle:
             text = handle.read()
         version = re.search(r"^__version__\s*(?::\s*[^=]+)?=\s*['\"]([^'\"]+)['\"]", text, re.M)
         cuda = re.search(r"^cuda\s*(?::\s*[^=]+)?=\s*(['\"]([^'\"]*)['\"]|None)", text, re.M)
         if version and cuda:
-            return {"version": version.group(1), "cuda": None if cuda.group(1) == "None" else (cuda.group(2) or None)}
+            return {"version": version.group(1), "cuda": None if cuda.group(1) == "None" else (cuda.group(2) or None),
+                    "site_packages": site}
     return None
 
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Module deepspeed_build's steps stage, dist_check and dist_commit: the build's staging
 directory, and the fetch of its wheel into the controller's dist directory (check, then commit).
-The work itself is _build/deepspeed.py's; each module file is its documentation plus a call here."""
+The work itself is _build/deepspeed.py's; plugins/modules/deepspeed_build.py documents each step and calls here."""
 from __future__ import annotations
 
 import inspect
@@ -14,6 +14,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node import ru
 STAGE_SPEC = dict(
     workdir=dict(type="path", required=True),
     source_tree=dict(type="path", required=True),
+    venv=dict(type="path"),
 )
 DIST_CHECK_SPEC = dict(
     dist_dir=dict(type="path", required=True),
@@ -30,7 +31,7 @@ DIST_COMMIT_SPEC = dict(
 def run_stage(module):
     """deepspeed_build (stage): the build venv has torch and the tree a setup.py, then the staging dir."""
     p = module.params
-    venv_python = os.path.join(p["workdir"], "venv", "bin", "python")
+    venv_python = os.path.join(p["venv"] or os.path.join(p["workdir"], "venv"), "bin", "python")
     torch = deepspeed.runtime_torch(venv_python)
     if torch is None:
         module.fail_json(msg="no torch in the build venv %s: its install step did not put one there"
@@ -40,7 +41,9 @@ def run_stage(module):
     staging = os.path.join(p["workdir"], "staging")
     if not module.check_mode:
         deepspeed.stage(p["workdir"], p["source_tree"], inspect.getsource(run_logged))
-    module.exit_json(changed=True, torch=torch, staging=staging, helper=os.path.join(p["workdir"], "run_logged.py"))
+    site_packages = torch.pop("site_packages")
+    module.exit_json(changed=True, torch=torch, site_packages=site_packages, staging=staging,
+                     helper=os.path.join(p["workdir"], "run_logged.py"))
 
 
 def run_dist_check(module):

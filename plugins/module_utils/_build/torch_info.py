@@ -4,7 +4,8 @@
 
 Known before anything is installed: from `pip install --dry-run --report` of the
 torch requirement (local version label `+cu128` / `+cpu`, or the nvidia-* runtime
-wheels a default Linux torch depends on), or from a torch already in the venv.
+wheels a default Linux torch depends on), or from a torch already in the venv. An
+empty requirement means the torch already installed for the build's python.
 """
 from __future__ import annotations
 
@@ -72,7 +73,10 @@ def resolve_accelerator(requested, nvcc_release, torch, host, requirement):
     if not nvcc_release:
         problems.append("no nvcc on %s (looked in PATH, $CUDA_HOME/bin and /usr/local/cuda/bin): install the "
                         "CUDA toolkit" % host)
-    if not torch_cuda:
+    if not torch_cuda and not requirement:
+        problems.append("torch %s installed for deepspeed_build_python is a CPU build: use an environment "
+                        "with a CUDA build of torch" % torch.get("version"))
+    elif not torch_cuda:
         problems.append("torch %s from deepspeed_build_torch_requirement=%r is a CPU build: use a CUDA build "
                         "(e.g. deepspeed_build_pip_args: ['--index-url', 'https://download.pytorch.org/whl/cu128'])"
                         % (torch.get("version"), requirement))
@@ -93,12 +97,40 @@ _INSTALLED = ("import json, importlib.util\n"
               "    import torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda}))\n")
 
 
+def _base_python(module, p):
+    """The interpreter the build venv is made from (deepspeed_build_python), or fail_json naming it."""
+    base = module.get_bin_path(p["python"]) if not os.path.isabs(p["python"]) else p["python"]
+    if not base or not os.access(base, os.X_OK):
+        module.fail_json(msg="deepspeed_build_python=%s: %s on %s; valid: python3 or the absolute path of an "
+                             "interpreter on the build host" % (json.dumps(p["python"]), "not found on PATH"
+                                                                if not base else "missing or not executable",
+                                                                socket.gethostname()))
+    return base
+
+
+def _environment_torch(module, p):
+    """An empty requirement: the torch already installed for deepspeed_build_python (an NGC container's
+    python, a conda env), which the build venv sees through --system-site-packages; nothing downloaded."""
+    base = _base_python(module, p)
+    rc, out, err = module.run_command([base, "-c", _INSTALLED])
+    if rc != 0 or out.strip() in ("", "null"):
+        module.fail_json(msg="deepspeed_build_torch_requirement=\"\": builds against the torch of "
+                             "deepspeed_build_python=%s, which has none on %s%s; valid: the python of an "
+                             "environment with torch installed, or a requirement such as torch==2.13.0"
+                             % (json.dumps(p["python"]), socket.gethostname(),
+                                " (%s)" % (err or out).strip().splitlines()[-1] if rc != 0 and (err or out).strip()
+                                else ""))
+    return dict(resolved=True, source="environment", **json.loads(out))
+
+
 def resolve(module, p, installed_first=None):
     """{resolved, version, cuda, source} or {resolved: False, reason}; refusals through module.fail_json.
 
     p: requirement, python, venv_python, pip_args. installed_first(venv_python) may answer for a torch
     already in the venv without importing it (deepspeed_build (probe) reads its dist-info).
     """
+    if not p["requirement"]:
+        return _environment_torch(module, p)
     tried = []
     interpreters = []
     if p["venv_python"] and os.access(p["venv_python"], os.X_OK):
@@ -110,14 +142,7 @@ def resolve(module, p, installed_first=None):
         if found:
             return dict(resolved=True, source="installed", **found)
         interpreters.append(p["venv_python"])
-    base = module.get_bin_path(p["python"]) if not os.path.isabs(p["python"]) else p["python"]
-    if not base or not os.access(base, os.X_OK):
-        # The interpreter the build venv is made from: nothing can work without it.
-        module.fail_json(msg="deepspeed_build_python=%s: %s on %s; valid: python3 or the absolute path of an "
-                             "interpreter on the build host" % (json.dumps(p["python"]), "not found on PATH"
-                                                                if not base else "missing or not executable",
-                                                                socket.gethostname()))
-    interpreters.append(base)
+    interpreters.append(_base_python(module, p))
     for python in interpreters:
         argv = [python, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed", "--no-deps",
                 "--disable-pip-version-check", "--report", "-", p["requirement"]] + p["pip_args"]

@@ -395,7 +395,6 @@ RULES = {
             "suffix)", "not an op name")]],
     "deepspeed_build_jobs": [_range(0)],
     "deepspeed_build_env": [_env()],
-    "deepspeed_build_torch_requirement": [_not_empty("a requirement such as torch==2.13.0")],
     "deepspeed_build_python": [_not_empty("python3 or the absolute path of an interpreter on the build host")],
     # toolchain
     "toolchain_gcc_version": [_gcc_version],

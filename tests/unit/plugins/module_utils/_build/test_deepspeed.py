@@ -248,9 +248,23 @@ def test_runtime_torch_reads_version_py_as_import_torch_would(tmp_path):
     (site / "torch" / "version.py").write_text(
         "from typing import Optional\n\n__all__ = ['__version__', 'cuda']\n__version__ = '2.13.0+cu130'\n"
         "debug = False\ncuda: Optional[str] = '13.0'\nhip: Optional[str] = None\n")
-    assert db.runtime_torch(str(venv / "bin" / "python")) == {"version": "2.13.0+cu130", "cuda": "13.0"}
+    assert db.runtime_torch(str(venv / "bin" / "python")) == {"version": "2.13.0+cu130", "cuda": "13.0",
+                                                              "site_packages": str(site)}
     (site / "torch" / "version.py").write_text("__version__ = '2.13.0+cpu'\ncuda: Optional[str] = None\n")
-    assert db.runtime_torch(str(venv / "bin" / "python")) == {"version": "2.13.0+cpu", "cuda": None}
+    assert db.runtime_torch(str(venv / "bin" / "python"))["version"] == "2.13.0+cpu"
+
+
+def test_runtime_torch_of_an_environment_the_venv_sees_through_a_pth_file(tmp_path):
+    """A build against an installed torch: the build venv has none, its .pth adds the environment's."""
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    env_site = tmp_path / "conda" / "lib" / "python3.12" / "site-packages"
+    (env_site / "torch").mkdir(parents=True)
+    site.mkdir(parents=True)
+    (env_site / "torch" / "version.py").write_text("__version__ = '2.11.0+cu130'\ncuda = '13.0'\n")
+    python = str(tmp_path / "venv" / "bin" / "python")
+    assert db.runtime_torch(python) is None
+    (site / "multinode_training_environment.pth").write_text("%s\n/no/such/dir\n" % env_site)
+    assert db.runtime_torch(python) == {"version": "2.11.0+cu130", "cuda": "13.0", "site_packages": str(env_site)}
 
 
 def test_stage_copies_the_tree_into_a_fresh_staging_folder(tmp_path):

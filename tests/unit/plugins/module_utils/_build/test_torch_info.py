@@ -61,3 +61,45 @@ def test_cuda_without_nvcc_and_major_mismatch():
     with pytest.raises(ti.TorchError) as err:
         ti.resolve_accelerator("cuda", "12.4", CUDA_TORCH, "b", "torch")
     assert "differ in major version" in str(err.value)
+
+
+class FakeModule:
+    """run_command answers from ``answers`` ({argv[0]: (rc, out, err)}); fail_json raises."""
+
+    def __init__(self, answers):
+        self.answers, self.ran = answers, []
+
+    def get_bin_path(self, name):
+        return "/usr/bin/" + name
+
+    def run_command(self, argv):
+        self.ran.append(argv)
+        return self.answers.get(argv[0], (1, "", "no such interpreter"))
+
+    def fail_json(self, msg):
+        raise AssertionError(msg)
+
+
+def test_an_empty_requirement_uses_the_environment_torch_and_downloads_nothing(monkeypatch):
+    monkeypatch.setattr(ti.os, "access", lambda path, mode: True)
+    module = FakeModule({"/opt/conda/bin/python": (0, '{"version": "2.11.0+cu130", "cuda": "13.0"}\n', "")})
+    found = ti.resolve(module, dict(requirement="", python="/opt/conda/bin/python", venv_python="/w/venv/bin/python",
+                                    pip_args=[]))
+    assert found == {"resolved": True, "source": "environment", "version": "2.11.0+cu130", "cuda": "13.0"}
+    assert not [argv for argv in module.ran if "pip" in argv]
+
+
+def test_an_empty_requirement_without_torch_is_refused_naming_both_variables(monkeypatch):
+    monkeypatch.setattr(ti.os, "access", lambda path, mode: True)
+    module = FakeModule({"/usr/bin/python3": (0, "null\n", "")})
+    with pytest.raises(AssertionError) as err:
+        ti.resolve(module, dict(requirement="", python="python3", venv_python="", pip_args=[]))
+    msg = str(err.value)
+    assert msg.startswith('deepspeed_build_torch_requirement="": ') and 'deepspeed_build_python="python3"' in msg
+    assert "which has none" in msg and "; valid: " in msg
+
+
+def test_a_cpu_torch_of_the_environment_is_named_as_such():
+    with pytest.raises(ti.TorchError) as err:
+        ti.resolve_accelerator("cuda", "13.0", CPU_TORCH, "b", "")
+    assert "installed for deepspeed_build_python is a CPU build" in str(err.value)
