@@ -89,17 +89,30 @@ SIGNIFICANT = 0.1
 RATIO = 1.2
 
 
-def verdict(node_times, ratio=RATIO, measure="wall", wall=None):
+def unchecked_line(node_times, steps=None):
+    """Why there is no straggler check, from what was seen: one node, or the nodes without a step time
+    with the last step each printed (``steps``: {node: step or None}), against what a step time needs."""
+    def seen_on(node):
+        step = (steps or {}).get(node)
+        return "%s, %s" % (node, "no step line" if step is None else "last step %s" % step)
+    seen = [seen_on(node) for node, value in node_times.items() if len(node_times) < 2 or not value]
+    if len(node_times) < 2:
+        return "no straggler check: %s, none to compare it with" % ("one node (%s)" % seen[0] if seen else "no node")
+    return ("no straggler check: no step time for %s (a node's needs %d timed step intervals); 2 nodes with one "
+            "needed" % ("; ".join(seen), MIN_INTERVALS))
+
+
+def verdict(node_times, ratio=RATIO, measure="wall", wall=None, steps=None):
     """{node: seconds per step or None} -> {median, ratios, stragglers [(node, ratio)], line}; ``measure``
     (demand or wall) names the figure in the line; ``wall`` ({node: wall seconds per step}), with the
-    demand measure, sets the floor below which an excess is not a straggler (SIGNIFICANT)."""
+    demand measure, sets the floor below which an excess is not a straggler (SIGNIFICANT); ``steps``
+    ({node: step lines seen}) goes into the line when there is nothing to compare (``unchecked_line``)."""
     basis = BASIS.get(measure, BASIS["wall"])
     walls = [value for value in (wall or {}).values() if value]
     floor = SIGNIFICANT * statistics.median(walls) if measure == "demand" and walls else 0.0
     known = {node: value for node, value in node_times.items() if value}
     if len(known) < 2:
-        return {"median": None, "ratios": {}, "stragglers": [],
-                "line": "no straggler check: step times from %d node(s), 2 needed" % len(known)}
+        return {"median": None, "ratios": {}, "stragglers": [], "line": unchecked_line(node_times, steps)}
     median = statistics.median_low(sorted(known.values()))
     ratios = {node: round(value / median, 2) for node, value in known.items()}
     stragglers = sorted(((node, r) for node, r in ratios.items()

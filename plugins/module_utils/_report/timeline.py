@@ -81,6 +81,12 @@ def counted_steps(nodes):
     return counted, [host for host, node in nodes.items() if leader and not any(node["steps"].values())]
 
 
+def last_steps(nodes):
+    """{host: the highest step its ranks' step lines reached, or None} (what the straggler line says it saw)."""
+    return {host: max((s["step"] for steps in node["steps"].values() for s in steps), default=None)
+            for host, node in nodes.items()}
+
+
 def events(nodes):
     """Every start and exit, in time order: {t, host, key, rank, restart, kind, exitcode, message}."""
     out = []
@@ -168,7 +174,8 @@ def build(run_dir, hosts=None, pattern=None, ratio=straggler.RATIO):
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,
-            "measure": measure, "straggler": straggler.verdict(times, ratio, measure, wall), "ratio": ratio,
+            "measure": measure, "straggler": straggler.verdict(times, ratio, measure, wall, last_steps(nodes)),
+            "ratio": ratio,
             "steps_of_rank0": borrowed,
             "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
             "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes),

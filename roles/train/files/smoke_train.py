@@ -113,6 +113,12 @@ def _run(args):
     return 0
 
 
+def loaded_ops():
+    """The DeepSpeed op libraries this rank has loaded -> {module name: its file}."""
+    return {name.rsplit(".", 1)[-1]: module.__file__ for name, module in list(sys.modules.items())
+            if name.startswith("deepspeed.ops.") and (getattr(module, "__file__", None) or "").endswith(".so")}
+
+
 def train(args, rank, world_size, device):
     import torch
 
@@ -140,6 +146,12 @@ def train(args, rank, world_size, device):
         "steps_per_print": 10 ** 9,
     }
     engine = deepspeed.initialize(model=model, optimizer=optimizer, config=config)[0]
+    # DeepSpeed prints "<op> built successfully" when it loads an op, prebuilt or not: say which were loaded,
+    # and from where (the wheel's files, not TORCH_EXTENSIONS_DIR, which the end of the job checks is empty).
+    ops = loaded_ops()
+    print("smoke: rank=%d ops loaded prebuilt (DeepSpeed's 'built successfully' is this load; nothing compiled): "
+          "%s from %s" % (rank, ", ".join(sorted(ops)) or "none",
+                          os.path.commonpath(list(ops.values())) if ops else "-"), flush=True)
     generator = torch.Generator().manual_seed(rank)
     inputs = torch.randn(64, 16, generator=generator)
     targets = inputs.sum(dim=1, keepdim=True)

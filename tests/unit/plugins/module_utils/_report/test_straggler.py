@@ -60,3 +60,16 @@ def test_demand_excess_under_a_tenth_of_the_wall_step_is_no_straggler():
     assert quiet["stragglers"] == [] and quiet["line"].startswith("no straggler: every node within 1.2x")
     # the wall measure has no floor
     assert straggler.verdict(demand, 1.2, "wall", {"a": 0.5, "b": 0.5})["stragglers"] == [("b", 2.0)]
+
+
+@pytest.mark.parametrize("times, steps, line", [
+    # one node that printed its five steps in 40 ms (the smoke job on the embedded default)
+    ({"localhost": None}, {"localhost": 5}, "no straggler check: one node (localhost, last step 5), none to compare "
+                                            "it with"),
+    ({"n1": 0.5}, {"n1": 120}, "no straggler check: one node (n1, last step 120), none to compare it with"),
+    ({"n1": 0.5, "n2": None, "n3": None}, {"n1": 40, "n2": 3},
+     "no straggler check: no step time for n2, last step 3; n3, no step line (a node's needs 5 timed step "
+     "intervals); 2 nodes with one needed"),
+])
+def test_without_a_check_the_line_says_what_it_saw(times, steps, line):
+    assert straggler.verdict(times, steps=steps)["line"] == line
