@@ -25,6 +25,11 @@ COLLECTION_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspat
 FACT = "multinode_training_validated"
 # Variables of the playbooks themselves (not of a role): which hosts train.yml and fabric_check.yml run on.
 PLAYBOOK_VARIABLES = ("train_hosts",)
+# Facts the roles return (their READMEs): a playbook that imports build_deepspeed then train has them set
+# by the time train's first play validates.
+RETURNED = ("deepspeed_build_manifest", "deepspeed_build_plan", "deepspeed_build_torch", "nccl_tuning_detected",
+            "nccl_tuning_fabric_comparison", "nccl_tuning_launcher_env", "nccl_tuning_transport", "toolchain_gcc",
+            "wheel_distribute_env", "wheel_distribute_lock", "wheel_distribute_python")
 
 
 class ActionModule(ActionBase):
@@ -158,7 +163,7 @@ class ActionModule(ActionBase):
             return dict(result, failed=True, msg=problem.line(), hosts=[])
         pattern_mode = args.get("hosts") is not None
         declared, prefixes = self._declared()
-        declared.update(PLAYBOOK_VARIABLES)
+        declared.update(PLAYBOOK_VARIABLES + RETURNED)
         per_host, notes, deferred = {}, [], set()
         for host in hosts:
             values, problems, later = self._values(roles, raws[host], pattern_mode)
