@@ -27,6 +27,9 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--zero-stage", type=int, default=2, choices=(1, 2))
+    parser.add_argument("--optimizer", default="cpu_adam", choices=("cpu_adam", "fused_adam"),
+                        help="cpu_adam: DeepSpeedCPUAdam with the optimizer offloaded to the CPU; fused_adam: "
+                        "the config's Adam, which DeepSpeed runs as FusedAdam on a GPU (the prebuilt op)")
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-step", type=int, default=1)
     parser.add_argument("--skip-deepspeed", action="store_true")
@@ -130,21 +133,25 @@ def train(args, rank, world_size, device):
     before = sorted(os.listdir(ext_dir))
 
     import deepspeed
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
 
     torch.manual_seed(1234)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
-    optimizer = DeepSpeedCPUAdam(model.parameters(), lr=1e-2)
     config = {
         "train_micro_batch_size_per_gpu": 8,
         "gradient_accumulation_steps": 1,
-        "zero_optimization": {
-            "stage": args.zero_stage,
-            "offload_optimizer": {"device": "cpu"},
-        },
+        "zero_optimization": {"stage": args.zero_stage},
         "zero_allow_untested_optimizer": True,
         "steps_per_print": 10 ** 9,
     }
+    if args.optimizer == "fused_adam":
+        # DeepSpeed builds its FusedAdam from the config on a GPU: the op must be in the wheel.
+        optimizer = None
+        config["optimizer"] = {"type": "Adam", "params": {"lr": 1e-2}}
+    else:
+        from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+        optimizer = DeepSpeedCPUAdam(model.parameters(), lr=1e-2)
+        config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
     engine = deepspeed.initialize(model=model, optimizer=optimizer, config=config)[0]
     # DeepSpeed prints "<op> built successfully" when it loads an op, prebuilt or not: say which were loaded,
     # and from where (the wheel's files, not TORCH_EXTENSIONS_DIR, which the end of the job checks is empty).
@@ -152,6 +159,7 @@ def train(args, rank, world_size, device):
     print("smoke: rank=%d ops loaded prebuilt (DeepSpeed's 'built successfully' is this load; nothing compiled): "
           "%s from %s" % (rank, ", ".join(sorted(ops)) or "none",
                           os.path.commonpath(list(ops.values())) if ops else "-"), flush=True)
+    used = type(getattr(engine, "basic_optimizer", None) or optimizer).__name__
     generator = torch.Generator().manual_seed(rank)
     inputs = torch.randn(64, 16, generator=generator)
     targets = inputs.sum(dim=1, keepdim=True)
@@ -182,8 +190,7 @@ def train(args, rank, world_size, device):
     after = sorted(os.listdir(ext_dir))
     if after != before:
         raise RuntimeError("JIT build detected: %s gained %s" % (ext_dir, sorted(set(after) - set(before))))
-    print("smoke: rank=%d optimizer=%s zero_stage=%d jit_build=none" % (rank, type(optimizer).__name__, args.zero_stage),
-          flush=True)
+    print("smoke: rank=%d optimizer=%s zero_stage=%d jit_build=none" % (rank, used, args.zero_stage), flush=True)
 
 
 if __name__ == "__main__":
