@@ -274,8 +274,8 @@ class CallbackModule(DefaultCallback):
         if data.get("changed") and task.action not in DEBUG_ACTIONS:
             phase.changed += 1
         if task.action in DEBUG_ACTIONS and self.get_option("show_messages"):
-            shown = data.get("msg") if "msg" in data else {k: v for k, v in data.items() if not k.startswith("_")
-                                                             and k not in ("changed", "failed")}
+            shown = data.get("msg") if "msg" in data else {
+                k: v for k, v in data.items() if not k.startswith("_") and k not in ("changed", "failed")}
             for line in message_lines(shown):
                 self._add(line)
 
@@ -322,9 +322,9 @@ class CallbackModule(DefaultCallback):
             if not (summary["failures"] or summary["unreachable"]) or host not in self._last_failure:
                 continue
             phase, name, lines, unreachable = self._last_failure[host]
-            self._display.display("%s %s in %s (%s): %s" % ("UNREACHABLE" if unreachable else "FAILED", host,
-                                                             phase, name, lines[0]),
-                                  color=C.COLOR_ERROR, stderr=False)
+            self._display.display("%s %s in %s (%s): %s" % (
+                "UNREACHABLE" if unreachable else "FAILED", host, phase, name, lines[0]),
+                color=C.COLOR_ERROR, stderr=False)
             for line in lines[1:]:
                 self._display.display("  " + line, color=C.COLOR_ERROR)
 

@@ -157,7 +157,10 @@ def test_the_long_poll_returns_a_second_after_a_streamed_rank_printed(monkeypatc
     monkeypatch.setattr(wait_mod, "job_alive", lambda *args, **kwargs: True)
     clock = Clock()
     job = {"job_id": "j", "pid": 1, "start": clock.now}
-    news = (lambda: printed_at is not None and clock.now - 100.0 >= printed_at)
+
+    def news():
+        return printed_at is not None and clock.now - 100.0 >= printed_at
+
     assert wait_mod.follow_until("j", str(tmp_path), job, 10, 0, 5, 30, clock=clock, sleep=clock.sleep,
                                  news=news) == (False, False, False)
     returned = clock.now - 100.0
