@@ -3,6 +3,8 @@ collection's playbooks, one line per phase with its time and changes, the messag
 under it with their host, Ansible's own recap, a failed play's cause last; -v is Ansible's default output."""
 from __future__ import annotations
 
+import datetime
+import json
 import re
 
 import pytest
@@ -13,6 +15,7 @@ from ansible.module_utils.common.collections import ImmutableDict
 from ansible.plugins.callback.default import CallbackModule as Default
 
 from ansible_collections.multinode.training.plugins.callback import phases
+from tests.unit.conftest import FIXTURES
 
 PHASE_LINE = re.compile(r"^(?P<name>[a-z]+( check)?) +(?P<seconds>\d+\.\d) s  (?P<status>ok|changed \(\d+\)|FAILED on .+)$")
 RECAP_LINE = re.compile(r"^\S+ +: ok=\d+ +changed=\d+ +unreachable=\d+ +failed=\d+ +skipped=\d+ +rescued=\d+ +ignored=\d+ *$")
@@ -315,3 +318,78 @@ def test_with_v_the_output_is_ansible_s_default():
     default = make(Default, verbosity=1)
     assert ours == run(default, events, stats(node1={"ok": 2}, node2={"ok": 1}))
     assert any(line.startswith("TASK [Train | validate the variables") for line in ours)
+
+
+# ------------------------------------------------------------------ recorded runs (tests/fixtures/callback)
+
+def _epoch(stamp):
+    return datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def replay(name):
+    """A recorded run (ansible.posix.json, trimmed by tests/fixtures/callback/trim.py) through the callback on
+    its own clock -> (the callback's lines, the lines the actions printed while it ran)."""
+    run = json.loads((FIXTURES / "callback" / name).read_text())
+    clock = Clock()
+    callback = phases.CallbackModule(clock=clock)
+    callback._display = Display()
+    callback._plugin_options = dict(OPTIONS)
+    for play in run["plays"]:
+        callback.v2_playbook_on_play_start(Play())
+        for recorded in play["tasks"]:
+            role, _sep, name = recorded["name"].rpartition(" : ")
+            action = next((r.get("action") for r in recorded["hosts"].values() if r.get("action")), "")
+            task = Task(name, role.rsplit(".", 1)[-1] or None, recorded["path"], recorded["tags"], action)
+            clock.now = _epoch(recorded["start"]) - 1.0  # Clock adds one second per call
+            callback.v2_playbook_on_task_start(task, False)
+            for host, data in recorded["hosts"].items():
+                result = Result(task, host, data)
+                if data.get("unreachable"):
+                    callback.v2_runner_on_unreachable(result)
+                elif data.get("failed"):
+                    callback.v2_runner_on_failed(result)
+                elif data.get("skipped"):
+                    callback.v2_runner_on_skipped(result)
+                else:
+                    callback.v2_runner_on_ok(result)
+    last = max(_epoch(t["end"]) for play in run["plays"] for t in play["tasks"] if t["end"])
+    clock.now = last - 1.0
+    callback.v2_playbook_on_stats(stats(**{host: {"ok": c["ok"], "changed": c["changed"], "failures": c["failures"],
+                                                  "skipped": c["skipped"], "rescued": c["rescued"]}
+                                           for host, c in run["stats"].items()}))
+    return callback._display.lines, run["printed"]
+
+
+def phase_names(lines):
+    return [m.group("name") for m in map(PHASE_LINE.match, lines) if m]
+
+
+def test_a_recorded_train_yml_on_the_embedded_default_is_at_most_60_lines_with_the_job_s():
+    lines, printed = replay("train_ok.json")
+    assert phase_names(lines) == ["validate", "distribute", "nccl", "preflight", "launch", "report"]
+    # every line is a phase line, a message under one (indented), or the recap
+    recap = lines.index(next(line for line in lines if line.startswith("PLAY RECAP"))) - 1
+    assert all(PHASE_LINE.match(line) or line.startswith("  ") for line in lines[:recap])
+    assert lines[recap:] == run_default_recap(stats(localhost={"ok": 35, "changed": 2, "skipped": 27}))
+    # the job's lines came as it ran: rank 0's steps among them
+    assert sum("localhost:0 smoke: rank=0 step=" in line for line in printed) == 5
+    assert "  nccl.conf: NCCL_SOCKET_IFNAME='=eth0' (exact name match)" in lines
+    assert any(line.startswith("  job report: ") for line in lines)
+    assert len(lines) + len(printed) <= 60, (len(lines), len(printed))
+
+
+def test_a_recorded_failed_train_yml_ends_with_the_cause():
+    lines, printed = replay("train_failed.json")
+    assert phase_names(lines) == ["validate", "distribute", "nccl", "preflight", "launch", "report"]
+    launch = next(line for line in lines if line.startswith("launch "))
+    assert launch.endswith("FAILED on localhost")
+    assert RECAP_LINE.match(lines[-3]) and lines[-2] == ""
+    assert lines[-1].startswith("FAILED localhost in report (Report | the job failed): Training job ")
+    assert "rank 1 (local_rank 1) on localhost exited 1: RuntimeError: injected failure on rank 1 at step 2" in lines[-1]
+    assert len(lines) + len(printed) <= 60, (len(lines), len(printed))
+
+
+def test_a_recorded_build_re_run_is_a_cached_build():
+    lines, _printed = replay("build_warm.json")
+    assert phase_names(lines) == ["validate", "preflight", "toolchain", "cached"]
+    assert any(line.startswith("  ") and "reused: same build key" in line for line in lines)
