@@ -187,7 +187,7 @@ options:
     description:
       - With O(follow), the output of these global ranks (their C(stdout.log), then their C(stderr.log), read from the
         shared job directory) reaches the controller while the job runs, each line printed as C(<node>:<rank> <line>);
-        a poll ends about a second after they printed. A list of global ranks, or V(all). Empty - none.
+        a poll ends about 5 s after they printed. A list of global ranks, or V(all). Empty - none.
     type: list
     elements: str
     default: []

@@ -222,7 +222,7 @@ options:
     description:
       - With O(follow), the output of these global ranks (their C(stdout.log), then their C(stderr.log)) reaches the
         controller while the job runs, each line printed as C(<node>:<rank> <line>) between the progress lines;
-        a long poll ends about a second after they printed. A list of global ranks, or V(all). Empty - none.
+        a long poll ends about 5 s after they printed. A list of global ranks, or V(all). Empty - none.
       - The whole output stays in each rank's log either way.
     type: list
     elements: str

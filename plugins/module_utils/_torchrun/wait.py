@@ -93,8 +93,10 @@ def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
 
 
 # Seconds a long poll waits at least before it returns with new output of the streamed ranks: their lines
-# reach the controller within about this, and a rank that prints all the time costs one poll per BATCH.
-BATCH = 1.0
+# reach the controller within about this, and a rank that prints all the time costs one poll per BATCH
+# (a module call, about 0.3 CPU-s on the node and as much on the controller: 5 s keeps that near 6% of
+# a core while a job prints every step, where 1 s took 30%).
+BATCH = 5.0
 
 
 def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, poll=0.1, check_every=1.0,
