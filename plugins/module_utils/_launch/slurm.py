@@ -360,9 +360,10 @@ def quote_argv(argv, rdzv_port):
 
 def fabric_timeout(spec):
     """The probe step's timeout as a shell expression of the allocated node count (roles/train/tasks/fabric.yml's
-    rule: max(120, 30 + 4 x nodes x train_fabric_seconds))."""
+    rule: max(TIMEOUT_FLOOR, 30 + 4 x nodes x train_fabric_seconds))."""
     per_node = int(math.ceil(4 * float(spec.get("fabric_seconds") or _fabric_schedule.SECONDS)))
-    return "$(( 30 + %d * ${#nodes[@]} > 120 ? 30 + %d * ${#nodes[@]} : 120 ))" % (per_node, per_node)
+    floor = _fabric_schedule.TIMEOUT_FLOOR
+    return "$(( 30 + %d * ${#nodes[@]} > %d ? 30 + %d * ${#nodes[@]} : %d ))" % (per_node, floor, per_node, floor)
 
 
 def fabric_lines(spec, node_py, step_options):

@@ -243,7 +243,7 @@ def test_fabric_gate_probes_every_node_then_runs_the_job_on_the_nodes_kept(tmp_p
     assert probe[:5] == ["--nodes=2", "--ntasks-per-node=1", "--kill-on-bad-exit=1", "--job-name=fabric",
                          s["python"]]
     assert probe[6:8] == ["run", str(tmp_path / "jobs" / "42" / "fabric")]
-    assert probe[probe.index("--timeout") + 1] == "120"
+    assert probe[probe.index("--timeout") + 1] == "240"  # the floor (_fabric/schedule.TIMEOUT_FLOOR) at 2 nodes
     torchrun = probe[probe.index("--") + 1:]
     assert torchrun[torchrun.index("--nnodes") + 1] == "2"
     assert torchrun[torchrun.index("--nproc_per_node") + 1] == "1"
