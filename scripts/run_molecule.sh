@@ -17,6 +17,10 @@ cd "$(dirname "$0")/.."
 # collections): naming the glob explicitly tells molecule where they are, which
 # is what its "should migrate to 'extensions/molecule'" warning asks for.
 export MOLECULE_GLOB="${MOLECULE_GLOB:-molecule/*/molecule.yml}"
+# community.docker waits 60 s for an answer from the engine by default; removing a
+# converged node (a venv with torch in its layer) while the other stream runs jobs
+# took longer than that in a CI run ("Error removing container: Read timed out").
+export DOCKER_TIMEOUT="${DOCKER_TIMEOUT:-600}"
 streams=${MOLECULE_STREAMS:-2}
 [[ $streams =~ ^[1-9][0-9]*$ ]] || { echo "MOLECULE_STREAMS=$streams: not a positive integer; valid: 1, 2, ..." >&2; exit 2; }
 logs=$(mktemp -d /tmp/molecule-logs.XXXXXX)
