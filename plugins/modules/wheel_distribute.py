@@ -6,15 +6,15 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: wheel_distribute
-short_description: Distribute a DeepSpeed wheel step by step - what to send, the requirements lock, node check, report
+short_description: Distribute a DeepSpeed wheel step by step - what to send, the requirements lock, one archive, node check, report
 version_added: 0.1.0
 description:
   - The steps role P(multinode.training.wheel_distribute#role) takes besides the install itself; each task gives
     exactly one step, as the option of that name, with the step's own options.
   - On the controller - O(source) (the wheel, manifest and wheelhouse every node gets, read and checked) and O(lock)
     (the job requirements resolved against the pinned torch and DeepSpeed, with a sha256 lock). On each node -
-    O(compat) (the node against the wheel's manifest, before anything is installed). On the controller again -
-    O(report) (the environments M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
+    O(compat) (the node against the wheel's manifest, before anything is installed). On the controller for each node
+    that lacks files - O(pack) (those files as one archive). On the controller again - O(report) (the environments M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
   - Each step returns its own values; RETURN names the step that returns each one.
 author: multinode.training maintainers (@multinode)
 options:
@@ -124,6 +124,31 @@ options:
       python:
         description: Python interpreter (with pip) that resolves and downloads; default the one running this module.
         type: path
+  pack:
+    description:
+      - The files a node lacks (O(pack.send), names from the O(source) step's RV(files)) as one uncompressed tar on the
+        controller, for one transfer and one unpack per node (M(ansible.builtin.unarchive)) instead of a round trip per
+        file.
+      - The archive is named after its set (names and sha256), so nodes that lack the same files share it; it is written
+        once under a lock while concurrent calls for the same set wait and reuse it. Entries are C(dist/<name>) and
+        C(wheelhouse/<name>), owned by root, mode 0644.
+      - Nothing is hashed here; the role checks the copy on the node against the sha256 of O(source).
+      - Run on the controller (C(delegate_to) localhost) for each node; the role removes O(pack.dir) afterwards.
+    type: dict
+    suboptions:
+      files:
+        description: RV(files) of step O(source).
+        type: dict
+        required: true
+      send:
+        description: The keys of O(pack.files) the node lacks.
+        type: list
+        elements: str
+        required: true
+      dir:
+        description: Controller directory for the archive (created if missing).
+        type: path
+        required: true
   compat:
     description:
       - Check a node against a DeepSpeed wheel manifest before anything is installed.
@@ -137,7 +162,8 @@ options:
         code that the build read from each op''s binary (C(ops[].cuda) in the manifest; the CUDA arch list for older manifests):
         SASS of the same major and a lower or equal minor, or PTX of a lower or equal arch, accepted with a warning that
         the driver JIT-compiles it on first use; every CPU flag the build assumed present; a usable venv path.'
-      - On a node without GPUs the GPU check is skipped with a warning.
+      - On a node without GPUs the GPU check is skipped with a warning; a wheel of another accelerator (cpu) on a node
+        with GPUs is refused.
       - Each problem names the node, what the wheel needs and what the node has. The module never fails on an incompatible
         node; it returns the problems so that a play can report all nodes at once.
       - Runs C(python -c) on the given interpreter and C(nvidia-smi) when present; nothing else.
@@ -211,6 +237,7 @@ attributes:
     details:
       - O(source), O(compat) and O(report) only read.
       - O(lock) resolves and reports; it writes neither wheels nor the lock.
+      - O(pack) writes its archive in check mode too (a controller file the role removes).
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
@@ -218,7 +245,7 @@ attributes:
     description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details:
-      - O(source), O(compat) and O(report) never report a change.
+      - O(source), O(compat), O(pack) and O(report) never report a change.
       - O(lock) reuses the lock and the downloaded wheels for the same inputs (changed=false, no pip run).
 """
 
@@ -321,6 +348,22 @@ cmd:
   returned: with O(lock), when pip ran
   type: list
   elements: str
+archive:
+  description: Controller path of the tar holding the files of O(pack.send).
+  returned: with O(pack), success
+  type: str
+made:
+  description: Whether this call wrote the archive (false - another node's call had made it).
+  returned: with O(pack), success
+  type: bool
+bytes:
+  description: Size of the archive.
+  returned: with O(pack), success
+  type: int
+count:
+  description: Number of files in the archive.
+  returned: with O(pack), success
+  type: int
 compatible:
   description: True when no problem was found.
   returned: with O(compat)
@@ -443,11 +486,12 @@ fields:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.multinode.training.plugins.module_utils import _stepped
-from ansible_collections.multinode.training.plugins.module_utils._wheel import dist, lock, node_probe, verify
+from ansible_collections.multinode.training.plugins.module_utils._wheel import dist, lock, node_probe, pack, verify
 
 STEPS = {
     "source": (dist.ARGUMENT_SPEC, dist.run_module, {}),
     "lock": (lock.ARGUMENT_SPEC, lock.run_module, {}),
+    "pack": (pack.ARGUMENT_SPEC, pack.run_module, {}),
     "compat": (node_probe.ARGUMENT_SPEC, node_probe.run_module, {}),
     "report": (verify.REPORT_SPEC, verify.run_report_module, {}),
 }

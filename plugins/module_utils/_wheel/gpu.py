@@ -123,10 +123,18 @@ def gpu_findings(manifest, gpus, node):
     every GPU must be covered by every op that has GPU code: SASS of the GPU's major with a
     lower or equal minor, or PTX of a lower or equal arch, which the driver JIT-compiles on
     first use (a note, not a refusal). Older manifests fall back to the arch list. A node
-    without GPUs is not judged here: a note says the check was skipped.
+    without GPUs is not judged here: a note says the check was skipped. A wheel of another
+    accelerator (cpu) on a node with GPUs is refused: its torch and ops would leave them idle.
     """
     if manifest.get("accelerator") != "cuda":
-        return [], []
+        if not gpus:
+            return [], []
+        names = sorted(set(gpu.get("name") or "?" for gpu in gpus))
+        return ["%s: %d NVIDIA GPU(s) (%s) on this node, but wheel %s is a %s build (torch %s), which would "
+                "leave them idle; valid: a cuda wheel: build_deepspeed.yml with deepspeed_build_accelerator=cuda "
+                "and a CUDA torch (auto picks cuda only where the build host has nvcc and a CUDA torch)" % (
+                    node, len(gpus), ", ".join(names), manifest.get("wheel"), manifest.get("accelerator") or "cpu",
+                    (manifest.get("torch") or {}).get("version", "?"))], []
     arch_list = (manifest.get("cuda") or {}).get("arch_list") or ""
     wheel = manifest.get("wheel")
     if not gpus:

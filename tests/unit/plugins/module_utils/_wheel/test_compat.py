@@ -160,9 +160,22 @@ def test_gpu_check_skipped_with_a_note_on_gpuless_node():
                      "its CUDA ops need a GPU to run"]
 
 
-def test_gpu_problems_ignored_for_cpu_builds():
-    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
-    assert gpu.gpu_problems(manifest(), gpus, "n") == []
+def test_a_cpu_wheel_is_refused_on_a_node_with_gpus():
+    """A CPU build (from make demo, or accelerator auto on a controller without nvcc) on GPU nodes: the
+    job would run, rc 0, with every GPU idle; refused naming node, GPUs, wheel and the fix."""
+    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
+    m = manifest()
+    assert gpu.gpu_problems(m, gpus, "gpu1") == [
+        "gpu1: 8 NVIDIA GPU(s) (NVIDIA H100 80GB HBM3) on this node, but wheel %s is a cpu build (torch %s), "
+        "which would leave them idle; valid: a cuda wheel: build_deepspeed.yml with deepspeed_build_accelerator=cuda "
+        "and a CUDA torch (auto picks cuda only where the build host has nvcc and a CUDA torch)"
+        % (m["wheel"], m["torch"]["version"])]
+    mixed = gpu.gpu_problems(m, gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt")), "n")
+    assert len(mixed) == 1 and "2 NVIDIA GPU(s) (NVIDIA L4, Tesla V100-SXM2-32GB)" in mixed[0]
+
+
+def test_a_cpu_wheel_on_a_node_without_gpus_is_fine():
+    assert gpu.gpu_findings(manifest(), [], "n") == ([], [])
 
 
 # ---------------------------------------------------------------- CPU flags
