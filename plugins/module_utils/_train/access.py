@@ -282,6 +282,8 @@ def check_paths(p, result):
         checks += job_checks(job, code_manifest(job, p.get("probe")))
     for check in checks:
         check["state"] = path_state(check["path"])
+        if check["kind"] == "any" and check["state"] == "dir":
+            check["need"] = "rx"  # a data directory: entered and listed
         if check["who"] == "self" and check["state"] == check["kind"]:
             check["ok"] = os.access(check["path"], MODES[check["need"]])
             check["error"] = None if check["ok"] else "Permission denied"
@@ -322,7 +324,7 @@ def check_account_access(p, result, checks, account):
     result["account"] = account
     python_check = next((c for c in checks if c["var"] == "train_python" and c["who"] == "account"), None)
     mine = [c for c in checks if c["who"] == "account" and not c["provided"] and c["state"] != "missing"
-            and (c["kind"] is None or c["state"] in (c["kind"], "unknown"))]
+            and (c["kind"] in (None, "any") or c["state"] in (c["kind"], "unknown"))]
     if python_check and python_check in mine and python_check["state"] == "file":
         mine += venv_checks(python_check["path"], (p.get("job") or {}).get("venv"), *venv_layout(
             python_check["path"]))

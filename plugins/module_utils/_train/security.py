@@ -73,6 +73,8 @@ REACH_HINTS = {
     "train_chdir": "a directory the account can enter (group or mode), or empty (its log directory, "
                    "train_log_dir/<job id>)",
     "train_code_dir": "a train_code_dir whose parent directories the account can enter (group or mode)",
+    "train_data_paths": "paths the account can read (a directory: enter and list; group or mode), or "
+                        "train_user=<an account that can>",
 }
 REACH_HINTS["train_venv"] = REACH_HINTS["train_python"]
 ENV_FILE_HINT = ("existing KEY=VALUE files (the NCCL file comes from multinode.training.nccl_tuning, tag nccl; "
@@ -82,6 +84,7 @@ MISSING_HINTS = {
     "train_script": "a file of train_code_src (copied into train_code_dir), or a file that exists on every node",
     "train_chdir": "an existing directory on every node, or one that train_code_src brings into train_code_dir, "
                    "or empty (its log directory, train_log_dir/<job id>)",
+    "train_data_paths": "paths that exist on every node (shared storage, or copied there before the job)",
     "train_env_files": ENV_FILE_HINT,
     "train_nccl_env_file": ENV_FILE_HINT,
 }
@@ -106,12 +109,14 @@ def job_checks(job, manifest=None):
     ``job``: ``python``, ``venv``, ``script`` (empty: a module job), ``chdir`` (empty: the log
     directory, which the step makes), ``env_files`` (``[{var, path}]``), ``configs`` (``{variable:
     controller path}`` of the accelerate / DeepSpeed configs, which travel into ``code_dir``),
-    ``code_dir``, ``sync_code``, ``refuse_missing`` (preflight follows on this node: a missing path
+    ``code_dir``, ``sync_code``, ``data`` (train_data_paths: read by the account, a file or a
+    directory, ``kind`` any), ``refuse_missing`` (preflight follows on this node: a missing path
     is refused here, before the code is copied; otherwise it is left to the launcher's own check).
     ``manifest``: the relative paths train_code_src gives train_code_dir (filter code_manifest), or
     None where they are not known here (then everything below train_code_dir counts as the copy's).
 
-    ``need``: x, r, rx as for ``os.access``; ``kind``: file or dir; ``who``: account (the job's, which
+    ``need``: x, r, rx as for ``os.access``; ``kind``: file, dir or any (``need`` r, rx once found to be
+    a directory); ``who``: account (the job's, which
     runs the script) or self (the module's user, root under become: it reads the env files for the job,
     which need not be the account's); ``provided``: the copy makes it (train_sync_code, a path of the
     manifest below train_code_dir, or train_code_dir itself, which this step gives the account) - nothing
@@ -149,6 +154,9 @@ def job_checks(job, manifest=None):
         checks.append(check("train_script", job["script"], "r", "file"))
     if job.get("chdir"):
         checks.append(check("train_chdir", job["chdir"], "rx", "dir"))
+    for path in job.get("data") or []:
+        checks.append(check("train_data_paths", path, "r", "any",
+                            made=provided(path, "file") or provided(path, "dir")))
     for var, path in configs:  # copied by preflight into train_code_dir (sync.yml)
         checks.append(check(var, path, "r", "file", made=True))
     for entry in job.get("env_files") or []:
@@ -187,7 +195,7 @@ def path_problems(results):
             if item.get("missing") == "refuse":
                 lines.append("%s=%s: missing on this node; valid: %s"
                              % (var, path, MISSING_HINTS.get(var, "an existing path on every node")))
-        elif state in ("file", "dir", "other") and state != item.get("kind"):
+        elif state in ("file", "dir", "other") and item.get("kind") != "any" and state != item.get("kind"):
             if item.get("missing") == "refuse":
                 lines.append("%s=%s: not a %s on this node; valid: %s"
                              % (var, path, KINDS.get(item.get("kind"), item.get("kind")),

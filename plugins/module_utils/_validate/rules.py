@@ -75,6 +75,16 @@ def _scalar_items(variable, value, values, ctx):
     return problems
 
 
+def _node_paths(variable, value, values, ctx):
+    """Absolute paths on the nodes (the job's data): the access check reads each as the job's account."""
+    problems = []
+    for index, item in enumerate(value):
+        if not isinstance(item, str) or not item.startswith("/") or item.rstrip("/") == "":
+            problems.append(Problem("%s[%d]" % (variable, index), item, "not an absolute path below /",
+                                    "absolute paths on the nodes, e.g. /data/tokenized or /shared/hf-cache"))
+    return problems
+
+
 def _nnodes(variable, value, values, ctx):
     text = str(value).strip()
     match = re.match(r"^([0-9]+)(?::([0-9]+))?$", text)
@@ -114,10 +124,6 @@ def _detach(variable, value, values, ctx):
     if value is not True and str(value).lower() not in ("true", "yes", "1"):
         return []
     problems = []
-    if is_int(values.get("train_timeout", 3600)) and int(values.get("train_timeout", 3600)) == 0:
-        problems.append(Problem(variable, value, "with train_timeout=0 a detached job has neither a controller "
-                                "lease nor a time limit: only train_stop.yml would ever end it",
-                                "train_timeout > 0 (seconds the nodes let it run) with train_detach"))
     if str(values.get("train_attach", "") or ""):
         problems.append(Problem(variable, value, "train_attach follows a job, train_detach starts one",
                                 "one of train_detach and train_attach"))
@@ -381,6 +387,7 @@ RULES = {
     "train_accelerate_config": [_controller_file],
     "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
+    "train_data_paths": [_node_paths],
     "train_fabric_ratio": [_fabric_ratio],
     "train_fabric_min_gbps": [_range(0, number=float)],
     "train_fabric_seconds": [_range(0.1, 10, number=float)],

@@ -324,6 +324,43 @@ def test_a_venv_whose_files_the_account_cannot_read_is_refused_once(shared_dir):
         "can enter and run (group or mode; the one multinode.training.wheel_distribute installs is)" % venv]
 
 
+@AS_ROOT
+def test_data_paths_the_account_cannot_read_are_refused_naming_each(shared_dir):
+    """train_data_paths: a dataset directory of root's (0700: not entered) and a file of root's (0600:
+    not read) are refused as the account, each named; a readable directory and file pass; nothing made."""
+    dataset = os.path.join(shared_dir, "dataset")
+    os.mkdir(dataset, 0o700)
+    secret = os.path.join(shared_dir, "tokenizer.json")
+    with open(secret, "w") as handle:
+        handle.write("{}")
+    os.chmod(secret, 0o600)
+    shared = os.path.join(shared_dir, "hf-cache")
+    os.mkdir(shared, 0o755)
+    logs = os.path.join(shared_dir, "logs")
+    out = acc.access(params(user="nobody", directories=[{"path": logs}],
+                            job=job(os.path.join(shared_dir, "code"), data=[shared, dataset, secret])),
+                     no_run, no_bin)
+    hint = ("valid: paths the account can read (a directory: enter and list; group or mode), or "
+            "train_user=<an account that can>")
+    assert out["problems"] == [
+        "train_user=nobody: cannot enter train_data_paths=%s (Permission denied); %s" % (dataset, hint),
+        "train_user=nobody: cannot read train_data_paths=%s (Permission denied); %s" % (secret, hint)]
+    assert not os.path.exists(logs)
+    os.chmod(dataset, 0o755)
+    os.chmod(secret, 0o644)
+    out = acc.access(params(user="nobody", job=job(os.path.join(shared_dir, "code"), data=[shared, dataset, secret])),
+                     no_run, no_bin)
+    assert out["problems"] == []
+
+
+def test_a_missing_data_path_is_refused_where_preflight_follows(tmp_path):
+    out = acc.access(params(user=ME, job=job(str(tmp_path / "code"), python=sys.executable,
+                                             data=[str(tmp_path), "/nonexistent/dataset"])),
+                     no_run, no_bin, is_root=False)
+    assert out["problems"] == ['train_data_paths="/nonexistent/dataset": missing on this node; valid: paths '
+                               'that exist on every node (shared storage, or copied there before the job)']
+
+
 def test_a_missing_path_is_refused_before_the_account_is_created(tmp_path, monkeypatch):
     """Nothing half-made on a refusing run: no useradd where the job's script is missing."""
     fake = FakeAccounts()
