@@ -28,8 +28,8 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 1740 ;; launch_diagnosis) echo 1430 ;; launch_slurm) echo 700 ;;
-    deepspeed_build) echo 610 ;; wheel_distribute) echo 300 ;;
+    default) echo 2200 ;; launch_diagnosis) echo 1900 ;; launch_slurm) echo 650 ;;
+    deepspeed_build) echo 610 ;; wheel_distribute) echo 280 ;;
     toolchain | nccl_tuning) echo 80 ;; *) echo 300 ;;
   esac
 }
