@@ -163,7 +163,8 @@ options:
         SASS of the same major and a lower or equal minor, or PTX of a lower or equal arch, accepted with a warning that
         the driver JIT-compiles it on first use; every CPU flag the build assumed present; a usable venv path.'
       - On a node without GPUs the GPU check is skipped with a warning; a wheel of another accelerator (cpu) on a node
-        with GPUs is refused.
+        with GPUs is refused; so is a node whose NVIDIA driver (C(nvidia-smi --query-gpu=driver_version)) is older than
+        NVIDIA's minimum for the CUDA major release of the wheel's torch (module_utils C(_wheel.driver), with its source).
       - Each problem names the node, what the wheel needs and what the node has. The module never fails on an incompatible
         node; it returns the problems so that a play can report all nodes at once.
       - Runs C(python -c) on the given interpreter and C(nvidia-smi) when present; nothing else.

@@ -15,6 +15,7 @@ import json
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import cpuinfo_flags
+from ansible_collections.multinode.training.plugins.module_utils._wheel.driver import driver_problems
 from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_problems, parse_arch_list
 from ansible_collections.multinode.training.plugins.module_utils._wheel.tags import wheel_tag_problems
 
@@ -87,7 +88,7 @@ def venv_problems(venv, node):
 def node_problems(manifest, facts, node):
     """Every reason this node cannot take this wheel (empty list: compatible).
 
-    facts: {"python": {...interpreter...}, "venv": {...}, "gpus": [...],
+    facts: {"python": {...interpreter...}, "venv": {...}, "gpus": [...], "driver": "580.65.06" or None,
             "cpuinfo": "<text>", "cpuinfo_path": "/proc/cpuinfo"}
     """
     problems = []
@@ -103,6 +104,7 @@ def node_problems(manifest, facts, node):
         problems.extend(wheel_tag_problems(manifest["wheel"], python, node))
     problems.extend(torch_problems(manifest, facts.get("venv") or {}, node))
     problems.extend(gpu_problems(manifest, facts.get("gpus") or [], node))
+    problems.extend(driver_problems(manifest, facts.get("driver"), facts.get("gpus") or [], node))
     problems.extend(cpu_problems(manifest, facts.get("cpuinfo"), node,
                                  facts.get("cpuinfo_path") or "/proc/cpuinfo"))
     return problems

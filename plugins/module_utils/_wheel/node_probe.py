@@ -18,6 +18,7 @@ from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa 
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
 from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import node_problems
+from ansible_collections.multinode.training.plugins.module_utils._wheel.driver import parse_driver
 from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_notes
 
 MARKER_NAME = ".multinode-training.json"
@@ -132,6 +133,13 @@ def installed(manifest, venv, lock_sha256="", lock_packages=None):
             and not _wheel_dist.package_problems(venv, lock_packages))
 
 
+def query_driver(run_command, nvidia_smi):
+    """The node's NVIDIA driver version from nvidia-smi (None where it gives none) and the command run."""
+    cmd = [nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"]
+    rc, out, _err = run_command(cmd)
+    return (parse_driver(out) if rc == 0 else None), [cmd]
+
+
 # --------------------------------------------------------------------------- the wheel_distribute (compat) module
 
 ARGUMENT_SPEC = dict(
@@ -183,8 +191,13 @@ def run_module(module):
     node = params["node"] or socket.gethostname()
     commands = [[params["python"], "-c", "<interpreter probe>"]]
     python = interpreter(module, params["python"])
-    gpus, smi_commands = cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi", required=False))
+    smi = module.get_bin_path("nvidia-smi", required=False)
+    gpus, smi_commands = cuda_arch.query_gpus(module.run_command, smi)
     commands.extend(smi_commands)
+    driver = None
+    if gpus:
+        driver, driver_commands = query_driver(module.run_command, smi)
+        commands.extend(driver_commands)
     gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
     try:
         with open(params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
@@ -192,7 +205,7 @@ def run_module(module):
     except OSError as exc:
         module.fail_json(msg="%s: cannot read CPU flags from %s: %s" % (node, params["cpuinfo_path"], exc))
     venv = venv_facts(params["venv"])
-    facts = {"python": python, "venv": venv, "gpus": gpus, "cpuinfo": cpuinfo,
+    facts = {"python": python, "venv": venv, "gpus": gpus, "driver": driver, "cpuinfo": cpuinfo,
              "cpuinfo_path": params["cpuinfo_path"]}
     problems = node_problems(manifest, facts, node)
     notes = gpu_notes(manifest, gpus, node)
