@@ -14,7 +14,8 @@ description:
   - On the controller - O(source) (the wheel, manifest and wheelhouse every node gets, read and checked) and O(lock)
     (the job requirements resolved against the pinned torch and DeepSpeed, with a sha256 lock). On each node -
     O(compat) (the node against the wheel's manifest, before anything is installed). On the controller for each node
-    that lacks files - O(pack) (those files as one archive). On the controller again - O(report) (the environments M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
+    that lacks files - O(pack) (those files as one archive). On the controller again - O(report) (the environments
+    M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
   - Each step returns its own values; RETURN names the step that returns each one.
 author: multinode.training maintainers (@multinode)
 options:

@@ -62,4 +62,4 @@ def driver_problems(manifest, driver, gpus, node):
             "(NVIDIA's minimum for CUDA %s.x, %s); valid: a driver of that branch or newer on this node, or a "
             "torch built for an older CUDA (deepspeed_build_torch_requirement, then build the wheel again)" % (
                 node, driver, (manifest.get("torch") or {}).get("version"), manifest.get("wheel"), cuda, minimum,
-                str(cuda).split(".")[0], SOURCE)]
+                str(cuda).split(".", maxsplit=1)[0], SOURCE)]

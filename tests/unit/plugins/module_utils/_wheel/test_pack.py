@@ -58,13 +58,13 @@ def test_concurrent_calls_for_one_set_write_it_once(tmp_path):
     f = files(tmp_path)
     results = []
     threads = [threading.Thread(target=lambda: results.append(_pack.pack(f, list(f), str(tmp_path / "out"))))
-               for _ in range(6)]
+               for _index in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert len({path for path, _ in results}) == 1
-    assert sorted(made for _, made in results) == [False] * 5 + [True]
+    assert len({path for path, _made in results}) == 1
+    assert sorted(made for _path, made in results) == [False] * 5 + [True]
 
 
 def test_a_name_not_distributed_is_refused(tmp_path):
