@@ -16,7 +16,9 @@ from ansible_collections.multinode.training.plugins.module_utils._build import n
 from ansible_collections.multinode.training.plugins.module_utils._build import toolchain as _toolchain
 from ansible_collections.multinode.training.plugins.module_utils._build import torch_info
 
-DEFAULT_OPS = {"cuda": ["cpu_adam", "utils"], "cpu": ["cpu_adam", "deepspeed_shm_comm"]}
+# cuda: FusedAdam is what DeepSpeed loads for optimizer Adam/AdamW on GPUs without offload (the usual
+# config); cpu_adam for ZeRO-Offload; utils for ZeRO's flatten/unflatten.
+DEFAULT_OPS = {"cuda": ["cpu_adam", "fused_adam", "utils"], "cpu": ["cpu_adam", "deepspeed_shm_comm"]}
 
 
 def probe_gpus(module):

@@ -21,6 +21,7 @@ import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._build.manifest import sha256_file
+from ansible_collections.multinode.training.plugins.module_utils._train.ds_ops import config_ops_problems
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
 
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
@@ -214,11 +215,14 @@ def file_problems(host, probe, first, first_sum, interface):
     return problems
 
 
-def compare(probes, hosts, first, venv="", require_deepspeed=True, interface=""):
+def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="", deepspeed_config=None,
+            allow_jit=False):
     """{node: probe_node()} -> problem lines (empty: every node is ready and the same).
 
     ``hosts`` gives the order of the nodes, ``first`` the node the others are compared with (it
-    hosts the rendezvous), ``interface`` its train_interface, for messages.
+    hosts the rendezvous), ``interface`` its train_interface, for messages. ``deepspeed_config``
+    ({text, path} of train_deepspeed_config): the ops it makes DeepSpeed load must be prebuilt in the
+    first node's environment (the others must equal it), unless ``allow_jit`` (_train.ds_ops).
     """
     problems = []
     reference = probes.get(first) or {}
@@ -235,6 +239,10 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="")
         if probe["python"]["executable"] and probe.get("environment") is not None:
             packages[host] = probe["environment"].get("packages") or []
         problems.extend(file_problems(host, probe, first, first_sum, interface))
+    environment = reference.get("environment") or {}
+    if deepspeed_config and environment.get("deepspeed"):
+        problems.extend(config_ops_problems(deepspeed_config.get("text") or "", deepspeed_config.get("path") or "",
+                                            first, environment.get("ops"), allow_jit))
     if len(packages) > 1:
         diff = differences(packages)
         if diff:

@@ -147,6 +147,22 @@ def test_compare_names_each_problem_with_node_and_variable():
     assert len(problems) == 7
 
 
+def test_compare_refuses_an_op_the_deepspeed_config_needs_and_the_nodes_lack():
+    """A ZeRO-2 config with optimizer Adam and no offload loads FusedAdam: the nodes have only cpu_adam
+    prebuilt, so every rank would JIT-compile fused_adam at the first step. Named once, from the first node
+    (the others equal it); train_allow_jit lets it through; an offloaded Adam needs the cpu_adam they have."""
+    adam = {"optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 2}}
+    config = {"text": json.dumps(adam), "path": "/c/ds.json"}
+    probes = {h: node(ops=("cpu_adam_op", "deepspeed_shm_comm_op")) for h in HOSTS}
+    problems = pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config)
+    assert len(problems) == 1 and problems[0].startswith(
+        'train_deepspeed_config=/c/ds.json: optimizer "Adam" without offload_optimizer makes DeepSpeed load op '
+        "fused_adam, which the DeepSpeed on n1 does not have prebuilt (it has: cpu_adam, deepspeed_shm_comm)")
+    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config, allow_jit=True) == []
+    adam["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
+    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, text=json.dumps(adam))) == []
+
+
 def test_compare_lacking_torch_or_deepspeed():
     problems = pre.compare({"n1": node(torch=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v")
     assert problems == ['n1: train_python="/v/bin/python": lacks torch; valid: the venv that '
