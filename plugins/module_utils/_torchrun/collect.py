@@ -16,6 +16,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import stat
 import tarfile
 import tempfile
@@ -138,9 +139,14 @@ def collect(job_dir, job, result_data, tail_lines, host):
 
 # Archives up to this size travel inline (base64) in the wait's last result: no extra round trip.
 INLINE_MAX = 16 * 1024 * 1024
+# A file of the job directory larger than this (a rank's log of a days-long job, or what a script
+# wrote into its working directory) comes home cut to its last FILE_CAP bytes - where a log's end,
+# the failure, is - after a line saying how much was left out and where the whole file is. The
+# archive is built in the node's memory: one file must not make it the size of a checkpoint.
+FILE_CAP = 50 * 1024 * 1024
 
 
-def pack_job_dir(job_dir, path, inline_max=INLINE_MAX, spool=None):
+def pack_job_dir(job_dir, path, inline_max=INLINE_MAX, spool=None, file_cap=FILE_CAP):
     """tar.gz of ``job_dir`` (its name as the top directory, like ``tar -C <log dir> <job id>``).
 
     Up to ``inline_max`` bytes -> ``{"inline": base64 text, "path": None, "size"}`` and no file is
@@ -157,7 +163,7 @@ def pack_job_dir(job_dir, path, inline_max=INLINE_MAX, spool=None):
     """
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=6) as archive:
-        _add_tree(archive, job_dir, os.path.basename(job_dir.rstrip("/")))
+        _add_tree(archive, job_dir, os.path.basename(job_dir.rstrip("/")), file_cap)
     data = buffer.getvalue()
     if len(data) <= inline_max:
         return {"inline": base64.b64encode(data).decode("ascii"), "path": None, "size": len(data)}
@@ -188,14 +194,39 @@ def _entry(name, st):
     return info
 
 
-def _add_tree(archive, job_dir, top):
+class _CutFile:
+    """A file's last ``keep`` bytes after a note: what tarfile reads for a file over the cap (its reads
+    must return all the bytes asked for, up to the end)."""
+
+    def __init__(self, note, handle, keep):
+        self._parts = [io.BytesIO(note), handle]
+        handle.seek(-keep, os.SEEK_END)
+
+    def read(self, size=-1):
+        out = b""
+        while self._parts and (size < 0 or len(out) < size):
+            chunk = self._parts[0].read(-1 if size < 0 else size - len(out))
+            if not chunk:
+                self._parts.pop(0)
+            out += chunk
+        return out
+
+
+def _cut_note(job_dir, name, size, file_cap):
+    return ("multinode.training: the first %d of this file's %d bytes were not collected (over %.3g MiB); the "
+            "whole file is on %s at %s\n" % (size - file_cap, size, file_cap / 1048576.0, socket.gethostname(),
+                                             os.path.join(job_dir, name))).encode()
+
+
+def _add_tree(archive, job_dir, top, file_cap=FILE_CAP):
     """Add ``job_dir`` to ``archive`` as ``top``: its directories and regular files, each opened
     through its parent's descriptor and never through a link.
 
     Root packs a directory that the job's account writes: a name looked at, then opened by its path,
     could have become a link to a file of root's in between (tarfile's ``add`` does just that), and
     that file would travel to the controller. Links and other special files are left out: the
-    controller's unpack keeps only files and directories."""
+    controller's unpack keeps only files and directories. A file over ``file_cap`` bytes is cut to its
+    end (FILE_CAP)."""
     top_fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         archive.addfile(_entry(top, os.fstat(top_fd)))
@@ -208,9 +239,16 @@ def _add_tree(archive, job_dir, top):
                 archive.addfile(_entry(prefix, os.fstat(dir_fd)))
             for name in sorted(filenames):
                 fd, st = open_regular(name, dir_fd)
-                if fd is not None:  # else a link, a special file, gone
-                    with os.fdopen(fd, "rb") as handle:
-                        archive.addfile(_entry("%s/%s" % (prefix, name), st), handle)
+                if fd is None:  # a link, a special file, gone
+                    continue
+                info = _entry("%s/%s" % (prefix, name), st)
+                with os.fdopen(fd, "rb") as handle:
+                    if st.st_size > file_cap:
+                        note = _cut_note(job_dir, os.path.normpath(os.path.join(path, name)), st.st_size, file_cap)
+                        info.size = len(note) + file_cap
+                        archive.addfile(info, _CutFile(note, handle, file_cap))
+                    else:
+                        archive.addfile(info, handle)
     finally:
         os.close(top_fd)
 

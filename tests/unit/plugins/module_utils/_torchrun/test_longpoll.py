@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import socket
 import shutil
 import stat
 import sys
@@ -169,6 +170,29 @@ def test_pack_inline_then_unpack_strips_the_top_directory(tmp_path):
     assert mine == theirs and count == len(mine)
     assert os.stat(dest).st_mode & 0o777 == 0o700
     with open(os.path.join(dest, "result.json")) as a, open(os.path.join(job_dir, "result.json")) as b:
+        assert a.read() == b.read()
+
+
+def test_a_file_over_the_cap_comes_home_cut_to_its_end_with_a_note(tmp_path):
+    """A rank log over the cap: the controller gets a line saying how much was left out and where the
+    whole file is, then the log's last bytes (the failure is at the end); the files under it whole."""
+    job_dir = job_copy(tmp_path, "fail_rank1")
+    big = os.path.join(job_dir, "ranks", "big.log")
+    os.makedirs(os.path.dirname(big), exist_ok=True)
+    body = b"".join(b"line %06d\n" % i for i in range(1000))  # 12,000 bytes
+    with open(big, "wb") as handle:
+        handle.write(body)
+    packed = col.pack_job_dir(job_dir, str(tmp_path / "x.tgz"), file_cap=1200)
+    dest = str(tmp_path / "runs" / "job" / "node1")
+    col.unpack_job_archive(base64.b64decode(packed["inline"]), dest)
+    with open(os.path.join(dest, "ranks", "big.log"), "rb") as handle:
+        got = handle.read()
+    note, _newline, rest = got.partition(b"\n")
+    assert note.decode() == (
+        "multinode.training: the first 10800 of this file's 12000 bytes were not collected (over 0.00114 MiB); "
+        "the whole file is on %s at %s" % (socket.gethostname(), big))
+    assert rest == body[-1200:] and rest.endswith(b"line 000999\n")
+    with open(os.path.join(dest, "result.json"), "rb") as a, open(os.path.join(job_dir, "result.json"), "rb") as b:
         assert a.read() == b.read()
 
 
