@@ -28,9 +28,9 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 2200 ;; launch_diagnosis) echo 1900 ;; launch_slurm) echo 650 ;;
-    deepspeed_build) echo 610 ;; wheel_distribute) echo 280 ;;
-    toolchain | nccl_tuning) echo 80 ;; *) echo 300 ;;
+    default) echo 2000 ;; launch_diagnosis) echo 2400 ;; launch_slurm) echo 900 ;;
+    deepspeed_build) echo 1040 ;; wheel_distribute) echo 280 ;; toolchain) echo 210 ;;
+    nccl_tuning) echo 80 ;; *) echo 300 ;;
   esac
 }
 
