@@ -13,7 +13,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
-.PHONY: demo test venv venv-test harness lint sanity unit badinput wheel cuda-build gpu-bundle gpu-check molecule clean
+.PHONY: demo test venv venv-test harness checks lint sanity unit badinput wheel cuda-build gpu-bundle gpu-check molecule clean
 
 ## demo: create .venv, then run the main job on the embedded default (this machine):
 ## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
@@ -21,10 +21,10 @@ demo: venv
 	$(BIN)/ansible-playbook build_deepspeed.yml
 	$(BIN)/ansible-playbook train.yml
 
-## test: everything the tests need, then all tests: lint sanity unit badinput wheel molecule one
-## after another, cuda-build then gpu-check beside them (scripts/run_tests.sh).
+## test: everything the tests need, then all tests: checks (lint sanity unit badinput), wheel and
+## the molecule scenarios in two streams, cuda-build then gpu-check beside them (scripts/run_tests.sh).
 test: venv-test harness
-	MAKE="$(MAKE)" bash scripts/run_tests.sh
+	MAKE="$(MAKE)" SCENARIOS="$(SCENARIOS)" bash scripts/run_tests.sh
 
 $(BIN)/ansible-playbook: requirements.txt
 	bash scripts/bootstrap_venv.sh $(VENV) requirements.txt
@@ -44,6 +44,11 @@ harness:
 	bash scripts/base_images.sh bookworm bullseye
 	bash scripts/slurm_image.sh
 	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh
+
+## checks: the tests that need no container and no build; each runs even if one before failed.
+checks:
+	@rc=0; for step in lint sanity unit badinput; do \
+	  echo "=== make $$step"; $(MAKE) --no-print-directory $$step || rc=1; done; exit $$rc
 
 lint: venv-test
 	$(BIN)/yamllint -s .

@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Run `molecule test` for each scenario given; keep going after a failure so a
 # run reports every broken scenario, then print one summary line and fail if any failed.
+# An item `make:<target>` runs `$MAKE <target>` in a stream instead: `make test`
+# (scripts/run_tests.sh) deals its checks (make:wheel, make:checks) out with the
+# scenarios, so that they run beside a scenario instead of before all of them.
 #
-# MOLECULE_STREAMS (default 2) scenarios run at once: a scenario spends most of its
+# MOLECULE_STREAMS (default 2) items run at once: a scenario spends most of its
 # time waiting on containers (package installs, module round trips, jobs that sleep),
 # so two streams finish the set in about two thirds of the time on 2 cores. The longest
-# scenarios are dealt out first (weights below: seconds of a cold run on the 2-core test
-# host beside another scenario), each to the stream with the least work so far. The
+# items are dealt out first (weights below: seconds of a cold run on the 2-core test
+# host beside another stream), each to the stream with the least work so far, the make
+# targets before all scenarios so that each starts a stream. The scenarios that distribute the host's wheel
+# (needs_wheel) wait until make:wheel has ended when it is one of the items. The
 # launch cluster's steps are two scenarios (default, launch_diagnosis) so that neither
-# stream carries all of it. Every scenario logs to its own file, printed whole
-# when it ends, so the output of two scenarios never interleaves. Container names are
+# stream carries all of it. Every item logs to its own file, printed whole
+# when it ends, so the output of two items never interleaves. Container names are
 # per scenario (molecule.yml), so scenarios never share a container.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,13 +33,21 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 2000 ;; launch_diagnosis) echo 2400 ;; launch_slurm) echo 900 ;;
-    deepspeed_build) echo 1040 ;; wheel_distribute) echo 280 ;; toolchain) echo 210 ;;
-    nccl_tuning) echo 80 ;; *) echo 300 ;;
+    default) echo 2000 ;; launch_diagnosis) echo 2100 ;; launch_slurm) echo 1100 ;;
+    deepspeed_build) echo 800 ;; wheel_distribute) echo 400 ;; toolchain) echo 210 ;;
+    nccl_tuning) echo 180 ;; make:checks) echo 520 ;; make:wheel) echo 400 ;; *) echo 300 ;;
   esac
 }
+needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/default/prepare.yml)
+  case $1 in default | launch_diagnosis | launch_slurm | wheel_distribute) return 0 ;; esac
+  return 1
+}
+wheel_item=no
+for s in "$@"; do [ "$s" = make:wheel ] && wheel_item=yes; done
 
-# Deal the scenarios out, longest first, to the stream with the least work.
+# Deal the items out, the make targets first (so that they start the streams: make:wheel
+# and make:checks in different ones), then the scenarios longest first, each to the
+# stream with the least work.
 declare -a load plan
 for ((i = 0; i < streams; i++)); do load[i]=0 plan[i]=""; done
 while read -r _ s; do
@@ -42,16 +55,24 @@ while read -r _ s; do
   for ((i = 1; i < streams; i++)); do ((load[i] < load[best])) && best=$i; done
   load[best]=$((load[best] + $(weight "$s")))
   plan[best]+="$s "
-done < <(for s in "$@"; do echo "$(weight "$s") $s"; done | sort -rn)
+done < <(for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep ' make:'
+  for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep -v ' make:')
 
-run_one() {  # scenario -> its log file, then its result line; returns molecule's status
+run_one() {  # item -> its log file, then its result line; returns molecule's (make's) status
   local s=$1 start rc
+  if [ "$wheel_item" = yes ] && needs_wheel "$s"; then
+    while ! grep -q '^make:wheel ' "$logs/.results" 2>/dev/null; do sleep 5; done
+  fi
   start=$(date +%s)
   echo "=== $s: started (log printed when it ends)"
-  molecule test -s "$s" >"$logs/$s.log" 2>&1
+  if [[ $s == make:* ]]; then
+    ${MAKE:-make} --no-print-directory -k "${s#make:}" >"$logs/$s.log" 2>&1
+  else
+    molecule test -s "$s" >"$logs/$s.log" 2>&1
+  fi
   rc=$?
   {
-    echo "=== molecule scenario: $s"
+    echo "=== $( [[ $s == make:* ]] && echo "make ${s#make:}" || echo "molecule scenario: $s")"
     cat "$logs/$s.log"
     if [ "$rc" -eq 0 ]; then echo "=== $s: passed in $(($(date +%s) - start)) s"
     else echo "=== $s: FAILED after $(($(date +%s) - start)) s"; fi
@@ -76,7 +97,8 @@ for s in "$@"; do
   if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("$s"); fi
 done
 # A CI page may show only the last lines: for each failed scenario, the task that
-# failed (the last `fatal:` / `failed:` of its log, from its TASK line on) comes last.
+# failed (the last `fatal:` / `failed:` of its log, from its TASK line on) comes last;
+# for a failed make target, its failing tests and last lines.
 why() {  # scenario log -> its failing task and message, colours stripped, at most 40 lines
   sed 's/\x1b\[[0-9;]*m//g; s/^ *│ //' "$1" | awk '
     /^TASK \[/ { task = $0 }
@@ -85,9 +107,16 @@ why() {  # scenario log -> its failing task and message, colours stripped, at mo
     END { printf "%s", last }'
 }
 for s in "${failed_names[@]}"; do
-  echo "=== $s: the task that failed"
-  why "$logs/$s.log"
+  [ -f "$logs/$s.log" ] || continue
+  if [[ $s == make:* ]]; then  # a check: its failing tests, then its last lines
+    echo "=== $s failed; its last lines:"
+    grep -E '^(FAILED|ERROR) |^E  ' "$logs/$s.log" | tail -n 40 || true
+    tail -n 25 "$logs/$s.log"
+  else
+    echo "=== $s: the task that failed"
+    why "$logs/$s.log"
+  fi
 done
-[ ${#failed_names[@]} -eq 0 ] || echo "failed scenarios: ${failed_names[*]}"
+[ ${#failed_names[@]} -eq 0 ] || echo "failed: ${failed_names[*]}"
 echo "molecule: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# `make test` after its setup (venv-test, harness): every test step, with the CUDA build
-# and the GPU check's CPU part beside the others. cuda-build spends a cold run mostly
-# downloading the ~2.4 GB CUDA stack from PyPI (network, not CPU), so it runs in the
-# background from the start, then gpu-check (the GPU bundle and a DeepSpeed build against a
-# preinstalled torch), while lint, sanity, unit, badinput, wheel and molecule run in the
-# foreground; their logs are printed whole when they end. Fails if any step failed; every
-# step runs even after a failure of another (the CUDA build is not stopped by a failing
-# lint, and the reverse). A failed
+# `make test` after its setup (venv-test, harness): every test step. The checks (make
+# checks: lint, sanity, unit, badinput; make wheel: the real build whose wheel the launch
+# scenarios distribute) are dealt into scripts/run_molecule.sh's two streams with the
+# molecule scenarios, so that they run beside a scenario rather than before all of them
+# (a scenario that distributes the wheel waits for make wheel). The CUDA build and the
+# GPU check's CPU part run in the background from the start: cuda-build spends a cold run
+# mostly downloading the ~2.4 GB CUDA stack from PyPI (network, not CPU), then gpu-check
+# (the GPU bundle and a DeepSpeed build against a preinstalled torch). Every step runs
+# even after a failure of another; logs are printed whole when a step ends. A failed
 # step's last lines are printed again at the very end, so that the tail of the log (all a
 # CI page may show) names the failing test, not just the step.
-#   bash scripts/run_tests.sh        # what `make test` runs
+#   bash scripts/run_tests.sh        # what `make test` runs (SCENARIOS: the scenarios)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 MAKE=${MAKE:-make}
@@ -26,10 +27,9 @@ background=(cuda-build gpu-check)
 bg=$!
 echo "=== ${background[*]}: started in the background, one after the other (logs printed when they end)"
 failed=()
-for step in lint sanity unit badinput wheel molecule; do
-  echo "=== make $step"
-  $MAKE --no-print-directory "$step" 2>&1 | tee "$steps/$step.log" || failed+=("$step")
-done
+# shellcheck disable=SC2086 # SCENARIOS is a list of names
+MAKE="$MAKE" bash scripts/run_molecule.sh make:wheel make:checks ${SCENARIOS:?} 2>&1 | tee "$steps/molecule.log" ||
+  failed+=(molecule)
 wait "$bg"
 for step in "${background[@]}"; do
   read -r _ rc ended < <(grep "^$step " "$steps/.background" || echo "$step 1 ?")
@@ -41,9 +41,9 @@ if [ ${#failed[@]} -gt 0 ]; then
   for step in "${failed[@]}"; do
     [ -f "$steps/$step.log" ] || continue
     echo "=== $step failed; its last lines again:"
-    if grep -q '^=== .*: the task that failed$' "$steps/$step.log"; then
-      # molecule: each failed scenario's failing task and its message (run_molecule.sh)
-      sed -n '/^=== .*: the task that failed$/,$p' "$steps/$step.log"
+    if grep -qE '^=== .*(: the task that failed| failed; its last lines:)$' "$steps/$step.log"; then
+      # each failed scenario's failing task, each failed check's tests (run_molecule.sh)
+      sed -nE '/^=== .*(: the task that failed| failed; its last lines:)$/,$p' "$steps/$step.log"
     else
       grep -E '^(FAILED|ERROR) |^E  ' "$steps/$step.log" | tail -n 40 || true
       tail -n 25 "$steps/$step.log"
