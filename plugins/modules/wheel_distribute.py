@@ -6,15 +6,16 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: wheel_distribute
-short_description: Distribute a DeepSpeed wheel step by step - what to send, the requirements lock, one archive, node check, report
+short_description: Distribute a DeepSpeed wheel step by step - what to send, the requirements lock, one archive, node check, release seed, report
 version_added: 0.1.0
 description:
   - The steps role P(multinode.training.wheel_distribute#role) takes besides the install itself; each task gives
     exactly one step, as the option of that name, with the step's own options.
   - On the controller - O(source) (the wheel, manifest and wheelhouse every node gets, read and checked) and O(lock)
     (the job requirements resolved against the pinned torch and DeepSpeed, with a sha256 lock). On each node -
-    O(compat) (the node against the wheel's manifest, before anything is installed). On the controller for each node
-    that lacks files - O(pack) (those files as one archive). On the controller again - O(report) (the environments
+    O(compat) (the node against the wheel's manifest, before anything is installed), then O(seed) (a new release venv
+    starts with the active release's unchanged packages). On the controller for each node that lacks files - O(pack)
+    (those files as one archive). On the controller again - O(report) (the environments
     M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
   - Each step returns its own values; RETURN names the step that returns each one.
 author: multinode.training maintainers (@multinode)
@@ -210,6 +211,31 @@ options:
             without job requirements.
         type: list
         elements: str
+  seed:
+    description:
+      - A new release venv (just made by C(python -m venv)) gets, as hard links, the packages that the active release
+        and the new lock pin to the same wheel (name, version and sha256), so that pip then installs only what changed
+        (a requirement added or changed installs that package, not torch again).
+      - Carried over only when the active release recorded its lock (C(.multinode-training.requirements.lock) in it), both
+        venvs were made by the same interpreter (C(pyvenv.cfg)), and every file the package's dist-info RECORD lists is
+        there with RECORD's hash; console scripts get the new release's interpreter (and their RECORD line the new hash).
+        A file two packages share is linked once. Anything else is left to pip.
+      - The active release is only read; pip and Python never change an installed file in place, so shared files stay
+        the same in both. Run on the node, as root, before pip installs the lock.
+    type: dict
+    suboptions:
+      venv:
+        description: The venv path (the role's symlink to the active release).
+        type: path
+        required: true
+      release:
+        description: The new release venv.
+        type: path
+        required: true
+      lock:
+        description: The lock the new release is installed from (on the node).
+        type: path
+        required: true
   report:
     description:
       - Consistency report of python, torch, DeepSpeed and ops across nodes.
@@ -240,6 +266,7 @@ attributes:
       - O(source), O(compat) and O(report) only read.
       - O(lock) resolves and reports; it writes neither wheels nor the lock.
       - O(pack) writes its archive in check mode too (a controller file the role removes).
+      - O(seed) in check mode names what it would carry over and writes nothing.
   diff_mode:
     description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
@@ -248,6 +275,7 @@ attributes:
     support: full
     details:
       - O(source), O(compat), O(pack) and O(report) never report a change.
+      - O(seed) fills a new release once; run again, every file is there and nothing is carried (changed=false).
       - O(lock) reuses the lock and the downloaded wheels for the same inputs (changed=false, no pip run).
 """
 
@@ -463,6 +491,25 @@ commands:
   returned: with O(compat)
   type: list
   elements: list
+carried:
+  description: The packages O(seed) carried over from the active release, as C(name==version).
+  returned: with O(seed)
+  type: list
+  elements: str
+  sample: [torch==2.13.0+cpu, numpy==2.3.4]
+skipped:
+  description: Packages both locks pin alike that O(seed) left to pip, each with why.
+  returned: with O(seed)
+  type: list
+  elements: str
+reason:
+  description: Why O(seed) carried nothing over (no recorded lock, another interpreter, ...), or null.
+  returned: with O(seed)
+  type: str
+source:
+  description: The active release O(seed) carried packages from.
+  returned: with O(seed), when it could seed
+  type: str
 consistent:
   description: True when every field is identical on every node and no expected node is missing.
   returned: with O(report)
@@ -488,13 +535,14 @@ fields:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.multinode.training.plugins.module_utils import _stepped
-from ansible_collections.multinode.training.plugins.module_utils._wheel import dist, lock, node_probe, pack, verify
+from ansible_collections.multinode.training.plugins.module_utils._wheel import dist, lock, node_probe, pack, seed, verify
 
 STEPS = {
     "source": (dist.ARGUMENT_SPEC, dist.run_module, {}),
     "lock": (lock.ARGUMENT_SPEC, lock.run_module, {}),
     "pack": (pack.ARGUMENT_SPEC, pack.run_module, {}),
     "compat": (node_probe.ARGUMENT_SPEC, node_probe.run_module, {}),
+    "seed": (seed.ARGUMENT_SPEC, seed.run_module, {}),
     "report": (verify.REPORT_SPEC, verify.run_report_module, {}),
 }
 
