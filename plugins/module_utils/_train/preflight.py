@@ -200,7 +200,7 @@ def file_problems(host, probe, first, first_sum, interface):
     chdir = probe.get("chdir")
     if chdir is not None and not chdir["isdir"]:
         problems.append("%s: train_chdir=%s: not a directory on this node; valid: an existing directory on every "
-                        "node, or empty (the job's log directory)" % (host, j(chdir["path"])))
+                        "node, or empty (the directory of train_script)" % (host, j(chdir["path"])))
     for entry in probe.get("env_files") or []:
         if not entry["exists"]:
             problems.append("%s: %s=%s: missing on this node; valid: existing KEY=VALUE files (the NCCL file comes "

@@ -70,8 +70,8 @@ REACH_HINTS = {
     "train_python": "a venv the account can enter and run (group or mode; the one multinode.training."
                     "wheel_distribute installs is)",
     "train_script": "a file the account can read (group or mode), or train_code_src to copy it into train_code_dir",
-    "train_chdir": "a directory the account can enter (group or mode), or empty (its log directory, "
-                   "train_log_dir/<job id>)",
+    "train_chdir": "a directory the account can enter (group or mode), or empty (the directory of "
+                   "train_script)",
     "train_code_dir": "a train_code_dir whose parent directories the account can enter (group or mode)",
     "train_data_paths": "paths the account can read (a directory: enter and list; group or mode), or "
                         "train_user=<an account that can>",
@@ -83,7 +83,7 @@ MISSING_HINTS = {
     "train_python": "the venv that multinode.training.wheel_distribute installs (tag prepare)",
     "train_script": "a file of train_code_src (copied into train_code_dir), or a file that exists on every node",
     "train_chdir": "an existing directory on every node, or one that train_code_src brings into train_code_dir, "
-                   "or empty (its log directory, train_log_dir/<job id>)",
+                   "or empty (the directory of train_script)",
     "train_data_paths": "paths that exist on every node (shared storage, or copied there before the job)",
     "train_env_files": ENV_FILE_HINT,
     "train_nccl_env_file": ENV_FILE_HINT,

@@ -96,8 +96,8 @@ def _run(args):
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     total = int(tensor.item())
     expected = world_size * (world_size - 1) // 2
-    print("smoke: rank=%d world_size=%d allreduce_sum=%d expected=%d host=%s"
-          % (rank, world_size, total, expected, os.uname()[1]), flush=True)
+    print("smoke: rank=%d world_size=%d allreduce_sum=%d expected=%d host=%s cwd=%s"
+          % (rank, world_size, total, expected, os.uname()[1], os.getcwd()), flush=True)
     if args.echo_args:
         print("smoke: args=%r" % (args.extra,), flush=True)
     if total != expected:

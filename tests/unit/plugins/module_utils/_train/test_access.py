@@ -252,7 +252,7 @@ def test_a_working_directory_the_account_cannot_enter_is_refused(shared_dir):
     out = acc.access(params(user="nobody", job=job(os.path.join(shared_dir, "code"), chdir=chdir)), no_run, no_bin)
     assert out["problems"] == [
         "train_user=nobody: cannot enter train_chdir=%s (Permission denied); valid: a directory the account can "
-        "enter (group or mode), or empty (its log directory, train_log_dir/<job id>)" % chdir]
+        "enter (group or mode), or empty (the directory of train_script)" % chdir]
 
 
 @AS_ROOT

@@ -164,7 +164,7 @@ def test_path_problems_missing_kind_and_self():
         'train_script="/tmp/x/p.py": not a regular file on this node; valid: a file of train_code_src (copied '
         'into train_code_dir), or a file that exists on every node',
         'train_chdir="/w": not a directory on this node; valid: an existing directory on every node, or one that '
-        'train_code_src brings into train_code_dir, or empty (its log directory, train_log_dir/<job id>)',
+        'train_code_src brings into train_code_dir, or empty (the directory of train_script)',
         'train_env_files="/etc/a.env": cannot be read on this node by root, which reads it for the job '
         '(Permission denied); valid: a file the play\'s user can read (mode 0600 is fine: the account of the '
         'job need not read it)',
@@ -193,7 +193,7 @@ def test_account_problems_name_account_variable_and_path():
         "train_user=mtrain: cannot read train_script=/tmp/tmp.x/p.py (Permission denied); valid: a file the "
         "account can read (group or mode), or train_code_src to copy it into train_code_dir",
         "train_user=mtrain: cannot enter train_chdir=/root (Permission denied); valid: a directory the account "
-        "can enter (group or mode), or empty (its log directory, train_log_dir/<job id>)",
+        "can enter (group or mode), or empty (the directory of train_script)",
         "train_user=mtrain: cannot write extra=/d (Permission denied); valid: paths the account can reach "
         "(group or mode)",
     ]
