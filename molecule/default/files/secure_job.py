@@ -3,7 +3,8 @@
 Used by the launch cluster's verify step molecule/default/verify/launch_secure.yml to look at a running job from inside and outside:
 who its ranks run as, who can reach its rendezvous port, where its secrets are.
 Prints whether the secrets arrived (never their values).
-Arguments: --sleep SECONDS (pause after the all-reduce), --exit CODE (global rank 1 exits with it).
+Arguments: --sleep SECONDS (pause after the all-reduce), --exit CODE (global rank 1 exits with it), --ready-dir DIR
+(where each rank writes its marker ready.local<LOCAL_RANK> before the pause: the job's log directory; none without it).
 """
 import argparse
 import os
@@ -17,6 +18,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sleep", type=float, default=0.0)
     parser.add_argument("--exit", type=int, default=0)
+    parser.add_argument("--ready-dir", default="")
     opts = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -25,8 +27,9 @@ def main():
     print("rank=%d world_size=%d allreduce_sum=%d uid=%d hf_token_set=%s api_key_set=%s" % (
         rank, world, int(total.item()), os.getuid(), bool(os.environ.get("HF_TOKEN")),
         bool(os.environ.get("WANDB_API_KEY"))), flush=True)
-    with open("ready.local%s" % os.environ["LOCAL_RANK"], "w") as handle:
-        handle.write("%d\n" % os.getpid())
+    if opts.ready_dir:
+        with open(os.path.join(opts.ready_dir, "ready.local%s" % os.environ["LOCAL_RANK"]), "w") as handle:
+            handle.write("%d\n" % os.getpid())
     time.sleep(opts.sleep)
     if opts.exit and rank == 1:
         raise SystemExit(opts.exit)
