@@ -90,6 +90,9 @@ options:
         description:
           - Directories owned by the account (and O(access.group) when set) - dicts with C(var) (for messages), C(path)
             and C(mode) (octal string, default V(0750)). Made only when every check passed and the account exists.
+          - With C(min_free_gib) (> 0), the free space where the directory lies (its nearest existing parent before it
+            is made; C(statvfs), as an unprivileged writer sees it) must be at least that many GiB, checked with the
+            paths, before anything is made; C(min_free_var) names the variable in the message.
         type: list
         elements: dict
         default: []

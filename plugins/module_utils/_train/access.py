@@ -352,6 +352,41 @@ def start_job_listener(listen, result):
             "all nodes" % (listen["port"], listen["addr"], error))
 
 
+GIB = 1 << 30
+
+
+def free_bytes(path):
+    """Free bytes for an unprivileged writer on the filesystem of ``path`` (of its nearest existing
+    parent while it does not exist yet) -> (bytes, the path measured)."""
+    where = os.path.abspath(path)
+    while not os.path.exists(where) and os.path.dirname(where) != where:
+        where = os.path.dirname(where)
+    st = os.statvfs(where)
+    return st.f_bavail * st.f_frsize, where
+
+
+def free_space_problems(directories):
+    """Each directory with ``min_free_gib`` (> 0) against the free space where it lies -> problem lines."""
+    lines = []
+    for entry in directories:
+        need = float(entry.get("min_free_gib") or 0)
+        if need <= 0:
+            continue
+        try:
+            free, where = free_bytes(entry["path"])
+        except OSError as exc:
+            lines.append("%s=%s: free space unknown on this node (%s); valid: a directory on a filesystem this "
+                         "node can read" % (entry.get("var", "path"), json.dumps(entry["path"]), exc))
+            continue
+        if free < need * GIB:
+            var = entry.get("var", "path")
+            lines.append("%s=%s: %.1f GiB free on this node (filesystem of %s), %s=%g GiB needed; valid: a "
+                         "directory with that much free space, or a lower %s (0: no check)"
+                         % (var, json.dumps(entry["path"]), free / GIB, where, entry.get("min_free_var", "min_free"),
+                            need, entry.get("min_free_var", "min_free")))
+    return lines
+
+
 def ensure_directories(p, result, account, check_mode):
     """Step 4b, the account's directories (``ensure_directory``) -> problem lines."""
     problems = []
@@ -389,6 +424,7 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     problems.extend(check_ports_and_firewall(p, result, run_command, get_bin_path, is_root))
     checks, path_lines = check_paths(p, result)
     problems.extend(path_lines)
+    problems.extend(free_space_problems(p["directories"]))
     account = None
     if p["user"]:
         account = resolve_account(p, result, problems, run_command, get_bin_path, check_mode)

@@ -388,6 +388,7 @@ RULES = {
     "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
     "train_data_paths": [_node_paths],
+    "train_checkpoint_min_free": [_range(0, number=float)],
     "train_fabric_ratio": [_fabric_ratio],
     "train_fabric_min_gbps": [_range(0, number=float)],
     "train_fabric_seconds": [_range(0.1, 10, number=float)],

@@ -165,6 +165,24 @@ def test_a_refusal_makes_no_directory_and_starts_no_listener(tmp_path):
     assert lis.stale_listeners(port) == []
 
 
+def test_too_little_free_space_is_refused_before_anything_is_made(tmp_path):
+    """statvfs where the checkpoint directory will be (its parent: it does not exist yet)."""
+    target = tmp_path / "ckpt" / "run1"
+    free = os.statvfs(str(tmp_path)).f_bavail * os.statvfs(str(tmp_path)).f_frsize
+    entry = {"var": "train_checkpoint_dir", "path": str(target), "min_free_var": "train_checkpoint_min_free"}
+    out = acc.access(params(user=ME, directories=[dict(entry, min_free_gib=free / acc.GIB * 2 + 1)]), no_run, no_bin,
+                     is_root=False)
+    assert len(out["problems"]) == 1
+    assert out["problems"][0].startswith('train_checkpoint_dir="%s": %.1f GiB free on this node (filesystem of %s), '
+                                         "train_checkpoint_min_free=" % (target, free / acc.GIB, tmp_path))
+    assert out["problems"][0].endswith("GiB needed; valid: a directory with that much free space, or a lower "
+                                       "train_checkpoint_min_free (0: no check)")
+    assert not target.exists() and out["changed"] is False
+    for need in (0, free / acc.GIB / 2):  # 0: no check; half of what is free: made
+        out = acc.access(params(user=ME, directories=[dict(entry, min_free_gib=need)]), no_run, no_bin, is_root=False)
+        assert out["problems"] == [] and target.is_dir()
+
+
 def test_access_problem_names_the_variable(tmp_path):
     """Checked as the account: as root, in a child that switched to nobody; otherwise as this user."""
     locked = tmp_path / "locked"
