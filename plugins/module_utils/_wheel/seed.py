@@ -129,6 +129,14 @@ def plan_distribution(old_root, old_site, dist_info):
     return planned, None
 
 
+def _same_file(src, dst):
+    """One file linked at both paths (a dangling link, or one that cannot be read, is not)."""
+    try:
+        return os.path.samefile(src, dst)
+    except OSError:
+        return False
+
+
 def _place(src, dst, old_root, new_root):
     """Link (or copy) ``src`` to ``dst``; a script naming the old interpreter gets the new one.
     Returns the new RECORD hash and size when the content changed, else None."""
@@ -179,7 +187,7 @@ def seed(old_root, new_root, kept):
             continue
         targets = [os.path.join(new_root, os.path.relpath(src, old_root)) for _row, src in planned]
         # a file two distributions share (nvidia/__init__.py of each nvidia-* wheel) is placed once
-        if any(os.path.lexists(dst) and not os.path.samefile(src, dst) for (_row, src), dst in zip(planned, targets)):
+        if any(os.path.lexists(dst) and not _same_file(src, dst) for (_row, src), dst in zip(planned, targets)):
             skipped.append("%s: a file of it is in the new venv already" % name)
             continue
         record_path = os.path.join(dist_info, "RECORD")
