@@ -5,17 +5,17 @@
 # (scripts/run_tests.sh) deals its checks (make:wheel, make:checks) out with the
 # scenarios, so that they run beside a scenario instead of before all of them.
 #
-# MOLECULE_STREAMS (default 2) items run at once: a scenario spends most of its
-# time waiting on containers (package installs, module round trips, jobs that sleep),
-# so two streams finish the set in about two thirds of the time on 2 cores. The longest
+# MOLECULE_STREAMS (default 2) items run at once: a scenario waits on containers part of
+# the time (module round trips, jobs that sleep), though on 2 cores two streams keep the
+# CPU busy (0 % idle in a full run): more at once would not finish sooner. The longest
 # items are dealt out first (weights below: seconds of a cold run on the 2-core test
 # host beside another stream), each to the stream with the least work so far, the make
-# targets before all scenarios so that each starts a stream. The scenarios that distribute the host's wheel
-# (needs_wheel) wait until make:wheel has ended when it is one of the items. The
-# launch cluster's steps are two scenarios (default, launch_diagnosis) so that neither
-# stream carries all of it. Every item logs to its own file, printed whole
-# when it ends, so the output of two items never interleaves. Container names are
-# per scenario (molecule.yml), so scenarios never share a container.
+# targets before all scenarios so that each starts a stream. The scenarios that
+# distribute the host's wheel (needs_wheel) wait until make:wheel has ended when it is
+# one of the items. The launch cluster's steps are two scenarios (default,
+# launch_diagnosis) so that neither stream carries all of it. Every item logs to its own
+# file, printed whole when it ends, so the output of two items never interleaves.
+# Container names are per scenario (molecule.yml), so scenarios never share a container.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The scenarios stay in molecule/ (not molecule 26's extensions/molecule for
@@ -35,7 +35,7 @@ weight() {
   case $1 in
     default) echo 2000 ;; launch_diagnosis) echo 2100 ;; launch_slurm) echo 1100 ;;
     deepspeed_build) echo 800 ;; wheel_distribute) echo 400 ;; toolchain) echo 210 ;;
-    nccl_tuning) echo 180 ;; make:checks) echo 520 ;; make:wheel) echo 400 ;; *) echo 300 ;;
+    nccl_tuning) echo 180 ;; make:checks) echo 920 ;; make:wheel) echo 800 ;; *) echo 300 ;;
   esac
 }
 needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/default/prepare.yml)

@@ -25,9 +25,9 @@ import glob
 import hashlib
 import io
 import os
-import re
 import shutil
 
+from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._wheel import requirements as reqs
 
 ARGUMENT_SPEC = dict(
@@ -40,16 +40,11 @@ LOCK_NAME = ".multinode-training.requirements.lock"
 _HEAD = 1024  # bytes of a script in which its interpreter line is rewritten
 
 
-def canonical(name):
-    """PEP 503 name: 'Foo_Bar' -> 'foo-bar'."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def kept_packages(old_entries, new_entries):
     """{canonical name: version} pinned to the same wheel (name, version, sha256) by both locks."""
-    old = {(canonical(e["name"]), e["version"], e["sha256"]) for e in old_entries}
-    return {canonical(e["name"]): e["version"] for e in new_entries
-            if (canonical(e["name"]), e["version"], e["sha256"]) in old}
+    name = reqs.canonicalize_name
+    old = {(name(e["name"]), e["version"], e["sha256"]) for e in old_entries}
+    return {name(e["name"]): e["version"] for e in new_entries if (name(e["name"]), e["version"], e["sha256"]) in old}
 
 
 def site_packages(venv):
@@ -72,9 +67,14 @@ def _pyvenv(venv):
     return values.get("home"), values.get("version") or values.get("version_info")
 
 
+def _record_field(digest):
+    """RECORD's hash field for a finished sha256 ``digest``."""
+    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+
+
 def record_hash(data):
     """RECORD's hash field for ``data``."""
-    return "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return _record_field(hashlib.sha256(data))
 
 
 def _file_hash(path):
@@ -82,24 +82,14 @@ def _file_hash(path):
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    return _record_field(digest)
 
 
 def _dist_name_version(dist_info):
-    """'torch-2.13.0+cpu.dist-info' -> ('torch', '2.13.0+cpu'), from METADATA when it names them."""
-    name, _sep, version = os.path.basename(dist_info)[:-len(".dist-info")].partition("-")
-    try:
-        with open(os.path.join(dist_info, "METADATA"), encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if not line.strip():
-                    break
-                if line.startswith("Name:"):
-                    name = line.split(":", 1)[1].strip()
-                elif line.startswith("Version:"):
-                    version = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return canonical(name), version
+    """A dist-info's (canonical name, version), from its METADATA (the directory's name where it has none)."""
+    found = env_probe.headers(dist_info)
+    dir_name, _sep, dir_version = os.path.basename(dist_info)[:-len(".dist-info")].partition("-")
+    return reqs.canonicalize_name(found["name"] or dir_name), found["version"] or dir_version
 
 
 def _record_rows(dist_info):
