@@ -71,7 +71,7 @@ options:
       checks:
         description:
           - What the account must be able to do - dicts with C(var) (the variable, for messages), C(path) and C(need) -
-            V(x) execute, V(r) read, V(rx) enter a directory, V(w) write.
+            V(x) execute, V(r) read, V(rx) enter a directory, V(w) write, V(wx) write into a directory.
         type: list
         elements: dict
         default: []
@@ -80,7 +80,9 @@ options:
           - The job whose paths to check (P(multinode.training.train#role) passes its variables) - C(python) (train_python),
             C(venv) (train_venv, for messages), C(script) (train_script; empty - a module job), C(chdir) (train_chdir; empty
             - none), C(env_files) (dicts with C(var) and C(path)), C(configs) (C({variable - controller path}) of the accelerate
-            / DeepSpeed configs, which travel into C(code_dir)), C(code_dir), C(sync_code) (train_sync_code), C(manifest)
+            / DeepSpeed configs, which travel into C(code_dir)), C(code_dir), C(sync_code) (train_sync_code), C(data)
+            (train_data_paths - read by the account), C(checkpoint_dir) (train_checkpoint_dir - written into by the account
+            where it exists), C(manifest)
             (the relative paths of train_code_src below C(code_dir); unset - those of O(access.probe)'s C(code), else not
             known - everything below C(code_dir) counts as the copy's) and C(refuse_missing) (a missing path is a problem
             here - preflight follows, which would otherwise copy the code before it refuses).
@@ -90,6 +92,8 @@ options:
         description:
           - Directories owned by the account (and O(access.group) when set) - dicts with C(var) (for messages), C(path)
             and C(mode) (octal string, default V(0750)). Made only when every check passed and the account exists.
+          - With C(keep_existing) true, a directory that exists is left as it is (owner and mode); only a missing one is
+            made (train_checkpoint_dir - on shared storage it serves others too).
           - With C(min_free_gib) (> 0), the free space where the directory lies (its nearest existing parent before it
             is made; C(statvfs), as an unprivileged writer sees it) must be at least that many GiB, checked with the
             paths, before anything is made; C(min_free_var) names the variable in the message.

@@ -32,6 +32,7 @@ import select
 import stat
 import subprocess
 import sys
+import tempfile
 
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as _train_listener
 from ansible_collections.multinode.training.plugins.module_utils._train.preflight import CONNECT_TIMEOUT, probe_node
@@ -48,7 +49,7 @@ from ansible_collections.multinode.training.plugins.module_utils._train.security
     venv_checks,
 )
 
-MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK}
+MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK, "wx": os.W_OK | os.X_OK}
 NOLOGIN = "/usr/sbin/nologin"
 
 
@@ -195,19 +196,38 @@ def create_account(user, group, groups, run_command, get_bin_path):
     return lines[-1].strip() if lines else "useradd exited %d" % rc
 
 
-def ensure_directory(path, uid, gid, mode, check_mode=False):
+def ensure_directory(path, uid, gid, mode, check_mode=False, keep_existing=False):
     """Like ansible.builtin.file state=directory with owner, group and mode -> changed (bool).
 
     Missing parents are created too (root's, 0755). SecurityError when ``path`` exists and is
-    not a directory."""
+    not a directory. ``keep_existing``: a directory that exists is the user's, left as it is
+    (train_checkpoint_dir on shared storage: its owner and mode serve others too).
+
+    A missing directory appears with its owner and mode at once (made under a temporary name beside
+    it, then renamed): on shared storage every node makes the same one at about the same time, and
+    another node's check of it must never see it half made (root's, before the chown)."""
     changed = False
     if not os.path.isdir(path):
         if os.path.lexists(path):
             raise SecurityError("%s exists and is not a directory" % path)
         if check_mode:
             return True
-        os.makedirs(path)
+        parent = os.path.dirname(os.path.normpath(os.path.abspath(path)))
+        os.makedirs(parent, exist_ok=True)
+        made = tempfile.mkdtemp(prefix=".%s." % os.path.basename(os.path.normpath(path)), dir=parent)
+        try:
+            os.chown(made, uid, os.stat(made).st_gid if gid is None else gid)
+            os.chmod(made, mode)
+            os.rename(made, path)
+        except OSError as exc:
+            os.rmdir(made)
+            if not os.path.isdir(path):  # not another node's, made meanwhile
+                raise SecurityError("%s: cannot be made (%s)" % (path, exc.strerror)) from exc
+            if keep_existing:
+                return False
         changed = True
+    elif keep_existing:
+        return False
     st = os.stat(path)
     want_gid = st.st_gid if gid is None else gid
     if (st.st_uid, st.st_gid) != (uid, want_gid):
@@ -393,7 +413,8 @@ def ensure_directories(p, result, account, check_mode):
     for entry in p["directories"]:
         try:
             changed = ensure_directory(entry["path"], account["uid"], account["gid"] if p["group"] else None,
-                                       int(str(entry.get("mode") or "0750"), 8), check_mode)
+                                       int(str(entry.get("mode") or "0750"), 8), check_mode,
+                                       bool(entry.get("keep_existing")))
         except (SecurityError, OSError) as exc:
             problems.append("%s=%s: %s; valid: a directory path" % (entry.get("var", "path"), entry["path"], exc))
             continue

@@ -63,7 +63,7 @@ def decide_user(requested, effective_user, effective_uid, allow_root=False, defa
     return {"user": name, "create": is_root, "drop": is_root}
 
 
-VERBS = {"x": "execute", "r": "read", "w": "write", "rx": "enter"}
+VERBS = {"x": "execute", "r": "read", "w": "write", "rx": "enter", "wx": "write into"}
 KINDS = {"file": "regular file", "dir": "directory"}
 # What is valid, per variable: where the account cannot reach an existing path, and where the path is missing.
 REACH_HINTS = {
@@ -75,6 +75,8 @@ REACH_HINTS = {
     "train_code_dir": "a train_code_dir whose parent directories the account can enter (group or mode)",
     "train_data_paths": "paths the account can read (a directory: enter and list; group or mode), or "
                         "train_user=<an account that can>",
+    "train_checkpoint_dir": "a directory the account can write into (group or mode; it is used as it is), "
+                            "or a path that does not exist yet (made on every node, owned by the account)",
 }
 REACH_HINTS["train_venv"] = REACH_HINTS["train_python"]
 ENV_FILE_HINT = ("existing KEY=VALUE files (the NCCL file comes from multinode.training.nccl_tuning, tag nccl; "
@@ -110,12 +112,13 @@ def job_checks(job, manifest=None):
     directory, which the step makes), ``env_files`` (``[{var, path}]``), ``configs`` (``{variable:
     controller path}`` of the accelerate / DeepSpeed configs, which travel into ``code_dir``),
     ``code_dir``, ``sync_code``, ``data`` (train_data_paths: read by the account, a file or a
-    directory, ``kind`` any), ``refuse_missing`` (preflight follows on this node: a missing path
+    directory, ``kind`` any), ``checkpoint_dir`` (written into by the account where it exists: the
+    step leaves an existing one as it is, makes a missing one), ``refuse_missing`` (preflight follows on this node: a missing path
     is refused here, before the code is copied; otherwise it is left to the launcher's own check).
     ``manifest``: the relative paths train_code_src gives train_code_dir (filter code_manifest), or
     None where they are not known here (then everything below train_code_dir counts as the copy's).
 
-    ``need``: x, r, rx as for ``os.access``; ``kind``: file, dir or any (``need`` r, rx once found to be
+    ``need``: x, r, rx, wx as for ``os.access``; ``kind``: file, dir or any (``need`` r, rx once found to be
     a directory); ``who``: account (the job's, which
     runs the script) or self (the module's user, root under become: it reads the env files for the job,
     which need not be the account's); ``provided``: the copy makes it (train_sync_code, a path of the
@@ -157,6 +160,8 @@ def job_checks(job, manifest=None):
     for path in job.get("data") or []:
         checks.append(check("train_data_paths", path, "r", "any",
                             made=provided(path, "file") or provided(path, "dir")))
+    if job.get("checkpoint_dir"):
+        checks.append(check("train_checkpoint_dir", job["checkpoint_dir"], "wx", "dir", made=False, policy="skip"))
     for var, path in configs:  # copied by preflight into train_code_dir (sync.yml)
         checks.append(check(var, path, "r", "file", made=True))
     for entry in job.get("env_files") or []:

@@ -371,6 +371,42 @@ def test_data_paths_the_account_cannot_read_are_refused_naming_each(shared_dir):
     assert out["problems"] == []
 
 
+@AS_ROOT
+def test_an_existing_checkpoint_dir_is_the_users_checked_as_the_account_never_changed(shared_dir):
+    """train_checkpoint_dir that exists (shared storage, a team's 2775 directory of root's): the account
+    must write into it, refused before anything is made where it cannot; where it can, the directory
+    keeps its owner and mode. A missing one is made, owned by the account."""
+    ckpt = os.path.join(shared_dir, "ckpt")
+    os.mkdir(ckpt)
+    os.chmod(ckpt, 0o2775)
+    logs = os.path.join(shared_dir, "logs")
+    dirs = [{"var": "train_log_dir", "path": logs},
+            {"var": "train_checkpoint_dir", "path": ckpt, "keep_existing": True}]
+    nobody = pwd.getpwnam("nobody")
+
+    def run(**over):
+        return acc.access(params(user="nobody", directories=dirs,
+                                 job=job(os.path.join(shared_dir, "code"), checkpoint_dir=ckpt, **over)), no_run, no_bin)
+
+    out = run()
+    assert out["problems"] == [
+        "train_user=nobody: cannot write into train_checkpoint_dir=%s (Permission denied); valid: a directory the "
+        "account can write into (group or mode; it is used as it is), or a path that does not exist yet (made on "
+        "every node, owned by the account)" % ckpt]
+    assert not os.path.exists(logs)
+    os.chmod(ckpt, 0o2777)
+    out = run()
+    assert out["problems"] == [] and os.path.isdir(logs)
+    st = os.stat(ckpt)
+    assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (0, 0, 0o2777)
+    assert {"path": ckpt, "changed": False} in out["directories"]
+    os.rmdir(ckpt)
+    out = run()
+    st = os.stat(ckpt)
+    assert out["problems"] == [] and (st.st_uid, st.st_mode & 0o7777) == (nobody.pw_uid, 0o750)
+    assert {"path": ckpt, "changed": True} in out["directories"]
+
+
 def test_a_missing_data_path_is_refused_where_preflight_follows(tmp_path):
     out = acc.access(params(user=ME, job=job(str(tmp_path / "code"), python=sys.executable,
                                              data=[str(tmp_path), "/nonexistent/dataset"])),
@@ -440,6 +476,33 @@ def test_ensure_directory_changed_only_when_it_changes(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(acc.SecurityError, match="is not a directory"):
         acc.ensure_directory(str(tmp_path / "file"), uid, None, 0o750)
+    with pytest.raises(acc.SecurityError, match="is not a directory"):
+        acc.ensure_directory(str(tmp_path / "file"), uid, None, 0o750, keep_existing=True)
+    os.chmod(path, 0o2775)  # kept: an existing directory is left as it is
+    assert acc.ensure_directory(path, uid, None, 0o750, keep_existing=True) is False
+    assert os.stat(path).st_mode & 0o7777 == 0o2775
+
+
+def test_a_directory_another_node_makes_meanwhile_is_kept_and_nothing_is_left_beside_it(tmp_path, monkeypatch):
+    """Shared storage: every node makes the same train_checkpoint_dir at once. Each makes it under a
+    temporary name with its owner and mode, then renames it into place; where another node's is there
+    first (and already used), that one stays and the temporary one is removed."""
+    path = tmp_path / "ckpt"
+    rename = os.rename
+
+    def other_node_first(src, dst):
+        os.mkdir(dst)
+        (tmp_path / "ckpt" / "latest").write_text("step 5")
+        return rename(src, dst)
+
+    monkeypatch.setattr(acc.os, "rename", other_node_first)
+    assert acc.ensure_directory(str(path), os.geteuid(), None, 0o750, keep_existing=True) is False
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    assert (path / "latest").read_text() == "step 5"
+    monkeypatch.setattr(acc.os, "rename", rename)
+    fresh = tmp_path / "fresh"
+    assert acc.ensure_directory(str(fresh), os.geteuid(), None, 0o750, keep_existing=True) is True
+    assert fresh.stat().st_mode & 0o7777 == 0o750 and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt", "fresh"]
 
 
 def test_access_makes_the_directories_and_reports_changed(tmp_path):
