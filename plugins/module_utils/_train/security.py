@@ -113,8 +113,9 @@ def job_checks(job, manifest=None):
     controller path}`` of the accelerate / DeepSpeed configs, which travel into ``code_dir``),
     ``code_dir``, ``sync_code``, ``data`` (train_data_paths: read by the account, a file or a
     directory, ``kind`` any), ``checkpoint_dir`` (written into by the account where it exists: the
-    step leaves an existing one as it is, makes a missing one), ``refuse_missing`` (preflight follows on this node: a missing path
-    is refused here, before the code is copied; otherwise it is left to the launcher's own check).
+    step leaves an existing one as it is, makes a missing one), ``refuse_missing`` (preflight
+    follows on this node: a missing path is refused here, before the code is copied; otherwise it
+    is left to the launcher's own check).
     ``manifest``: the relative paths train_code_src gives train_code_dir (filter code_manifest), or
     None where they are not known here (then everything below train_code_dir counts as the copy's).
 
