@@ -392,18 +392,17 @@ def free_space_problems(directories):
         need = float(entry.get("min_free_gib") or 0)
         if need <= 0:
             continue
+        var, path, min_var = entry.get("var", "path"), json.dumps(entry["path"]), entry.get("min_free_var", "min_free")
         try:
             free, where = free_bytes(entry["path"])
         except OSError as exc:
             lines.append("%s=%s: free space unknown on this node (%s); valid: a directory on a filesystem this "
-                         "node can read" % (entry.get("var", "path"), json.dumps(entry["path"]), exc))
+                         "node can read" % (var, path, exc))
             continue
         if free < need * GIB:
-            var = entry.get("var", "path")
             lines.append("%s=%s: %.1f GiB free on this node (filesystem of %s), %s=%g GiB needed; valid: a "
                          "directory with that much free space, or a lower %s (0: no check)"
-                         % (var, json.dumps(entry["path"]), free / GIB, where, entry.get("min_free_var", "min_free"),
-                            need, entry.get("min_free_var", "min_free")))
+                         % (var, path, free / GIB, where, min_var, need, min_var))
     return lines
 
 
