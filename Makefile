@@ -13,7 +13,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # Two scenarios run at once (MOLECULE_STREAMS=1 for one at a time; scripts/run_molecule.sh).
 SCENARIOS ?= $(sort $(patsubst molecule/%/molecule.yml,%,$(wildcard molecule/*/molecule.yml)))
 
-.PHONY: demo test venv venv-test harness checks lint sanity unit badinput wheel cuda-build gpu-bundle gpu-check molecule clean
+.PHONY: demo test venv venv-test harness host-packages images checks lint sanity unit badinput wheel cuda-build gpu-bundle gpu-check molecule clean
 
 ## demo: create .venv, then run the main job on the embedded default (this machine):
 ## build the DeepSpeed wheel, install it into a verified venv, launch the smoke job.
@@ -22,8 +22,9 @@ demo: venv
 	$(BIN)/ansible-playbook train.yml
 
 ## test: everything the tests need, then all tests: checks (lint sanity unit badinput), wheel and
-## the molecule scenarios in two streams, cuda-build then gpu-check beside them (scripts/run_tests.sh).
-test: venv-test harness
+## the molecule scenarios in two streams, cuda-build then gpu-check beside them; `make images`
+## runs beside the checks, the scenarios wait for it (scripts/run_tests.sh).
+test: venv-test host-packages
 	MAKE="$(MAKE)" SCENARIOS="$(SCENARIOS)" bash scripts/run_tests.sh
 
 $(BIN)/ansible-playbook: requirements.txt
@@ -37,10 +38,17 @@ $(BIN)/molecule: requirements.txt requirements-test.txt
 venv: $(BIN)/ansible-playbook
 venv-test: $(BIN)/ansible-playbook $(BIN)/molecule
 
-## harness: a Docker engine, the molecule base images (and the Slurm cluster image), the host wheelhouse.
-harness:
+## harness: what the molecule scenarios need: host-packages, then images.
+harness: host-packages images
+
+## host-packages: a Docker engine (and debootstrap), headless Chromium: apt on this machine.
+host-packages:
 	bash scripts/ensure_docker.sh
 	bash scripts/ensure_chromium.sh
+
+## images: the molecule base images, the Slurm cluster image, the host wheelhouse; no apt on this
+## machine (debootstrap installs into its own root), so it may run beside the checks.
+images:
 	bash scripts/base_images.sh bookworm bullseye
 	bash scripts/slurm_image.sh
 	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh

@@ -16,6 +16,9 @@
 # launch_diagnosis) so that neither stream carries all of it. Every item logs to its own
 # file, printed whole when it ends, so the output of two items never interleaves.
 # Container names are per scenario (molecule.yml), so scenarios never share a container.
+# MOLECULE_AFTER (scripts/run_tests.sh): a file that another step (make images) writes its
+# exit status to when it ends; every scenario waits for it, and fails at once when it is
+# not 0 (the make targets do not wait).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The scenarios stay in molecule/ (not molecule 26's extensions/molecule for
@@ -33,9 +36,9 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 2000 ;; launch_diagnosis) echo 2100 ;; launch_slurm) echo 1100 ;;
-    deepspeed_build) echo 800 ;; wheel_distribute) echo 400 ;; toolchain) echo 210 ;;
-    nccl_tuning) echo 180 ;; make:checks) echo 920 ;; make:wheel) echo 800 ;; *) echo 300 ;;
+    default) echo 1750 ;; launch_diagnosis) echo 2400 ;; launch_slurm) echo 900 ;;
+    deepspeed_build) echo 1100 ;; wheel_distribute) echo 500 ;; toolchain) echo 170 ;;
+    nccl_tuning) echo 270 ;; make:checks) echo 1030 ;; make:wheel) echo 930 ;; *) echo 300 ;;
   esac
 }
 needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/default/prepare.yml)
@@ -62,6 +65,14 @@ run_one() {  # item -> its log file, then its result line; returns molecule's (m
   local s=$1 start rc
   if [ "$wheel_item" = yes ] && needs_wheel "$s"; then
     while ! grep -q '^make:wheel ' "$logs/.results" 2>/dev/null; do sleep 5; done
+  fi
+  if [[ $s != make:* ]] && [ -n "${MOLECULE_AFTER:-}" ]; then
+    while [ ! -s "$MOLECULE_AFTER" ]; do sleep 5; done
+    if [ "$(cat "$MOLECULE_AFTER")" != 0 ]; then
+      echo "=== $s: FAILED: not started, the images it needs were not made (make images failed)"
+      echo "$s 1" >>"$logs/.results"
+      return 1
+    fi
   fi
   start=$(date +%s)
   echo "=== $s: started (log printed when it ends)"

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# `make test` after its setup (venv-test, harness): every test step. The checks (make
+# `make test` after its setup (venv-test, host-packages): every test step. The checks (make
 # checks: lint, sanity, unit, badinput; make wheel: the real build whose wheel the launch
 # scenarios distribute) are dealt into scripts/run_molecule.sh's two streams with the
 # molecule scenarios, so that they run beside a scenario rather than before all of them
-# (a scenario that distributes the wheel waits for make wheel). The CUDA build and the
+# (a scenario that distributes the wheel waits for make wheel). `make images` (the
+# molecule base images, the Slurm image, the wheelhouse: debootstrap and downloads, several
+# minutes on a fresh machine) runs beside the first checks from the start, and every
+# scenario waits for it (MOLECULE_AFTER): the checks need no image. The CUDA build and the
 # GPU check's CPU part run in the background from the start: cuda-build spends a cold run
 # mostly downloading the ~2.4 GB CUDA stack from PyPI (network, not CPU), then gpu-check
 # (the GPU bundle and a DeepSpeed build against a preinstalled torch). Every step runs
@@ -17,6 +20,13 @@ MAKE=${MAKE:-make}
 steps=$(mktemp -d /tmp/test-steps.XXXXXX)
 trap 'rm -rf "$steps"' EXIT
 start=$(date +%s)
+(
+  $MAKE --no-print-directory images >"$steps/images.log" 2>&1
+  echo $? >"$steps/.images.rc"
+  echo "$(($(date +%s) - start))" >"$steps/.images.ended"
+) &
+images=$!
+echo "=== images: started in the background, the scenarios wait for it (log printed when the scenarios end)"
 background=(cuda-build gpu-check)
 (
   for step in "${background[@]}"; do
@@ -28,8 +38,12 @@ bg=$!
 echo "=== ${background[*]}: started in the background, one after the other (logs printed when they end)"
 failed=()
 # shellcheck disable=SC2086 # SCENARIOS is a list of names
-MAKE="$MAKE" bash scripts/run_molecule.sh make:wheel make:checks ${SCENARIOS:?} 2>&1 | tee "$steps/molecule.log" ||
+MAKE="$MAKE" MOLECULE_AFTER="$steps/.images.rc" bash scripts/run_molecule.sh make:wheel make:checks ${SCENARIOS:?} 2>&1 | tee "$steps/molecule.log" ||
   failed+=(molecule)
+wait "$images"
+echo "=== images (background, ended $(cat "$steps/.images.ended") s after the start):"
+cat "$steps/images.log"
+[ "$(cat "$steps/.images.rc")" = 0 ] || failed+=(images)
 wait "$bg"
 for step in "${background[@]}"; do
   read -r _ rc ended < <(grep "^$step " "$steps/.background" || echo "$step 1 ?")
