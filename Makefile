@@ -46,12 +46,14 @@ host-packages:
 	bash scripts/ensure_docker.sh
 	bash scripts/ensure_chromium.sh
 
-## images: the molecule base images, the Slurm cluster image, the host wheelhouse; no apt on this
-## machine (debootstrap installs into its own root), so it may run beside the checks.
+## images: the molecule base images, the Slurm cluster image and its node image with a preinstalled
+## torch, the host wheelhouse; no apt on this machine (debootstrap installs into its own root), so
+## it may run beside the checks.
 images:
 	bash scripts/base_images.sh bookworm bullseye
 	bash scripts/slurm_image.sh
 	PYTHON=$(PYTHON) bash scripts/wheelhouse.sh
+	bash scripts/site_env_image.sh
 
 ## checks: the tests that need no container and no build; each runs even if one before failed.
 checks:

@@ -70,6 +70,12 @@ options:
         description: Prefix of the failure message.
         type: str
         default: ''
+      existing:
+        description:
+          - The nodes install into their own environment, which brings torch (role variable
+            C(wheel_distribute_venv_existing)); the wheelhouse's C(torch-*.whl) are not sent and none is required.
+        type: bool
+        default: false
   lock:
     description:
       - Resolve job requirements once against the pinned torch and DeepSpeed, with sha256 lock.
@@ -211,6 +217,18 @@ options:
             without job requirements.
         type: list
         elements: str
+      existing:
+        description:
+          - O(compat.venv) is an existing environment (a venv, a conda env, an NGC container's prefix) that the wheel is
+            installed into in place, not a release venv to make.
+          - Its own C(bin/python) is probed instead of O(compat.python) (tags), and asked through C(importlib.metadata)
+            for its torch, its packages and where its DeepSpeed is; it must hold the wheel's torch. Its marker is
+            O(compat.marker).
+        type: bool
+        default: false
+      marker:
+        description: With O(compat.existing), the node path of the marker of its verified install (required then).
+        type: path
   seed:
     description:
       - A new release venv (just made by C(python -m venv)) gets, as hard links, the packages that the active release

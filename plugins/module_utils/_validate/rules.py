@@ -228,6 +228,22 @@ def _train_user(variable, value, values, ctx):
     return []
 
 
+def _existing_env(requirements, requirements_file):
+    """An existing environment (train_venv_existing, wheel_distribute_venv_existing) is the user's: job
+    requirements are not installed into it."""
+    def rule(variable, value, values, ctx):
+        if not (value is True or str(value).lower() in ("true", "yes", "on", "1")):
+            return []
+        given = [name for name in (requirements, requirements_file) if values.get(name)]
+        if not given:
+            return []
+        return [Problem(variable, value, "job requirements (%s) are not installed into an existing environment"
+                        % ", ".join("%s=%s" % (name, show(values[name])) for name in given),
+                        "install them into your environment and leave %s empty, or %s: false (the "
+                        "collection's own venv, which installs them)" % (" and ".join(given), variable))]
+    return rule
+
+
 def _firewall(variable, value, values, ctx):
     if str(value).strip().lower() not in ("auto", "true", "false", "yes", "no", "on", "off", "1", "0"):
         return [Problem(variable, value, "not auto or a boolean",
@@ -387,6 +403,7 @@ RULES = {
     "train_accelerate_config": [_controller_file],
     "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
+    "train_venv_existing": [_existing_env("train_requirements", "train_requirements_file")],
     "train_data_paths": [_node_paths],
     "train_checkpoint_min_free": [_range(0, number=float)],
     "train_fabric_ratio": [_fabric_ratio],
@@ -409,6 +426,8 @@ RULES = {
     "toolchain_nvcc": [_nvcc],
     # wheel_distribute
     "wheel_distribute_venv": [_not_root],
+    "wheel_distribute_venv_existing": [_existing_env("wheel_distribute_requirements",
+                                                     "wheel_distribute_requirements_file")],
     "wheel_distribute_index_url": [_pattern(r"^((https?|file)://\S+)?$", "empty (offline, --no-index) or an "
                                             "http(s):// or file:// URL")],
     "wheel_distribute_dist_dir": [_manifest],

@@ -33,19 +33,33 @@ def same_torch_version(have, want):
     return h_pub == w_pub and not h_label and w_label.startswith("cu")
 
 
+EXISTING_VALID = ("valid: the prefix of an environment on every node whose bin/python has the torch the wheel "
+                  "was built against, or wheel_distribute_venv_existing: false (the collection's own venv)")
+
+
 def torch_problems(manifest, venv, node):
-    """The torch already in the node's venv must be the one the wheel was built against."""
+    """The torch already in the node's venv must be the one the wheel was built against; an existing
+    environment (venv["existing"]) must have one: its torch is the job's, never installed or replaced."""
     torch = venv.get("torch")
-    if not torch:
-        return []
     want = manifest.get("torch") or {}
+    if not torch:
+        if venv.get("existing") and venv.get("state") == "directory" and not venv.get("error"):
+            return ["%s: wheel_distribute_venv=%s (an existing environment): its python has no torch; %s "
+                    "(torch %s)" % (node, venv.get("path"), EXISTING_VALID, want.get("version"))]
+        return []
     problems = []
     where = "%s has torch %s" % (venv.get("path"), torch)
     if not same_torch_version(torch, want.get("version")):
-        problems.append(
-            "%s: wheel needs torch %s, node's venv %s (wheel_distribute does not replace the torch of "
-            "an existing environment: remove it or set wheel_distribute_venv to a new path)" % (
-                node, want.get("version"), where))
+        if venv.get("existing"):
+            problems.append(
+                "%s: wheel needs torch %s, the existing environment %s (its torch is never replaced: build "
+                "the wheel against it, deepspeed_build_torch_requirement \"\" with deepspeed_build_python "
+                "an interpreter with this torch)" % (node, want.get("version"), where))
+        else:
+            problems.append(
+                "%s: wheel needs torch %s, node's venv %s (wheel_distribute does not replace the torch of "
+                "an existing environment: remove it or set wheel_distribute_venv to a new path)" % (
+                    node, want.get("version"), where))
     if manifest.get("accelerator") == "cuda" and venv.get("torch_cuda") != want.get("cuda"):
         problems.append("%s: wheel needs torch built for CUDA %s, node's venv %s built for CUDA %s" % (
             node, want.get("cuda"), where, venv.get("torch_cuda")))
@@ -70,9 +84,19 @@ def cpu_problems(manifest, cpuinfo_text, node, cpuinfo_path="/proc/cpuinfo"):
 
 
 def venv_problems(venv, node):
-    """The venv path must be absent, a directory or a symlink to one, under a directory."""
+    """The venv path must be absent, a directory or a symlink to one, under a directory; an existing
+    environment must be a directory whose python answers."""
     state = venv.get("state")
     path = venv.get("path")
+    if venv.get("existing"):
+        if state != "directory":
+            return ["%s: wheel_distribute_venv=%s (an existing environment): %s; %s" % (
+                node, path, "missing" if state == "absent" else "not a directory (%s)" % (
+                    venv.get("detail") or state), EXISTING_VALID)]
+        if venv.get("error"):
+            return ["%s: wheel_distribute_venv=%s (an existing environment): its python cannot say what it "
+                    "holds (%s); %s" % (node, path, venv["error"], EXISTING_VALID)]
+        return []
     if state == "file":
         return ["%s: wheel_distribute_venv %s is a file, not a directory: move it away or choose "
                 "another path" % (node, path)]
@@ -92,9 +116,12 @@ def node_problems(manifest, facts, node):
             "cpuinfo": "<text>", "cpuinfo_path": "/proc/cpuinfo"}
     """
     problems = []
-    problems.extend(venv_problems(facts.get("venv") or {}, node))
+    venv = facts.get("venv") or {}
+    problems.extend(venv_problems(venv, node))
     python = facts.get("python") or {}
-    if python.get("error"):
+    if venv.get("existing") and problems:
+        pass  # an existing environment's python is <venv>/bin/python: the problem above says why it cannot run
+    elif python.get("error"):
         tag = (manifest.get("python") or {}).get("tag")
         problems.append("%s: wheel_distribute_python=%s: cannot run on this node (%s); valid: an interpreter "
                         "path on every node, python %s for wheel %s" % (
@@ -102,7 +129,7 @@ def node_problems(manifest, facts, node):
                             tag, manifest.get("wheel")))
     else:
         problems.extend(wheel_tag_problems(manifest["wheel"], python, node))
-    problems.extend(torch_problems(manifest, facts.get("venv") or {}, node))
+    problems.extend(torch_problems(manifest, venv, node))
     problems.extend(gpu_problems(manifest, facts.get("gpus") or [], node))
     problems.extend(driver_problems(manifest, facts.get("driver"), facts.get("gpus") or [], node))
     problems.extend(cpu_problems(manifest, facts.get("cpuinfo"), node,

@@ -47,10 +47,13 @@ def file_entry(path, cache=None):
     return {"sha256": digest, "size": st.st_size}
 
 
-def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requirement_wheels=(), cache=None):
+def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requirement_wheels=(), cache=None,
+           existing=False):
     """What goes to every node. Raises DistError with the message the role prints.
 
     lock and requirement_wheels: the job requirements' lock (to dist/) and the wheels it adds (to wheelhouse/).
+    existing: the nodes' own environment brings torch (wheel_distribute_venv_existing): the wheelhouse's torch
+    wheels are not sent and none is required.
     """
     if not os.path.isfile(manifest_path):
         raise DistError("wheel manifest %s not found on the controller" % manifest_path)
@@ -65,6 +68,8 @@ def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requi
     files = {"dist/" + os.path.basename(wheel_path): dict(file_entry(wheel_path, cache), src=wheel_path),
              "dist/" + os.path.basename(manifest_path): dict(file_entry(manifest_path, cache), src=manifest_path)}
     wheels = sorted(glob.glob(os.path.join(wheelhouse, "*.whl"))) if wheelhouse else []
+    if existing:
+        wheels = [path for path in wheels if not os.path.basename(path).startswith("torch-")]
     for path in wheels:
         files["wheelhouse/" + os.path.basename(path)] = dict(file_entry(path, cache), src=path)
     if lock:
@@ -72,7 +77,7 @@ def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requi
     for path in requirement_wheels:
         files["wheelhouse/" + os.path.basename(path)] = dict(file_entry(path, cache), src=path)
     torch = manifest["torch"]["version"]
-    if not index_url and not any(os.path.basename(p).startswith("torch-%s-" % torch) for p in wheels):
+    if not existing and not index_url and not any(os.path.basename(p).startswith("torch-%s-" % torch) for p in wheels):
         raise DistError("wheelhouse %s on the controller has no torch-%s-*.whl, which the wheel needs (manifest %s); "
                         "it holds %d wheels. Nodes install with --no-index unless wheel_distribute_index_url is set."
                         % (wheelhouse or "(none)", torch, manifest_path, len(wheels)))
@@ -136,12 +141,15 @@ def _record_hash(value):
     return base64.urlsafe_b64decode(digest + "=" * (-len(digest) % 4)).hex()
 
 
-def installed_op_problems(venv, manifest):
-    """Each op binary of the manifest, installed in the venv, against the sha256 its dist-info RECORD holds."""
-    sites = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages")))
-    if not sites:
-        return ["%s has no site-packages" % venv]
-    site = sites[0]
+def installed_op_problems(venv, manifest, site=None):
+    """Each op binary of the manifest, installed in the venv, against the sha256 its dist-info RECORD holds.
+    site: the directory DeepSpeed is installed in, where the environment's own python said (an existing
+    environment: a conda env, an NGC container's dist-packages); None: the venv's lib/python*/site-packages."""
+    if site is None:
+        sites = sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages")))
+        if not sites:
+            return ["%s has no site-packages" % venv]
+        site = sites[0]
     version = (manifest.get("deepspeed") or {}).get("version") or "*"
     records = glob.glob(os.path.join(site, "deepspeed-%s.dist-info" % version, "RECORD"))
     if not records:
@@ -190,18 +198,23 @@ def package_problems(venv_facts, lock_packages):
 def current_problems(manifest, venv_facts, lock_sha256, node_dir, expected, record_text, lock_packages=None):
     """Why this node needs the copy, install or verification steps; empty when it is current.
 
-    venv_facts: _wheel.node_probe.venv_facts() of the venv path (its marker, state, symlink target, packages);
+    venv_facts: _wheel.node_probe.venv_facts() of the venv path (its marker, state, symlink target, packages),
+    or existing_env_facts() of an existing environment (no release symlink: its marker is kept in the node
+    directory, its DeepSpeed found where its python says);
     lock_packages: the job requirements' lock as name==version (None: no job requirements).
     """
     problems = []
     marker = marker_problem(manifest, venv_facts.get("marker"), lock_sha256)
-    if not venv_facts.get("symlink") or venv_facts.get("state") != "directory":
-        problems.append("%s is not a release symlink" % venv_facts.get("path"))
+    existing = venv_facts.get("existing")
+    if venv_facts.get("state") != "directory" or not (existing or venv_facts.get("symlink")):
+        problems.append("%s is not %s" % (venv_facts.get("path"),
+                                          "a directory" if existing else "a release symlink"))
     elif marker:
         problems.append(marker)
     else:
         problems.extend(package_problems(venv_facts, lock_packages))
-        problems.extend(installed_op_problems(venv_facts["target"], manifest))
+        problems.extend(installed_op_problems(venv_facts["target"], manifest,
+                                              venv_facts.get("site") if existing else None))
     problems.extend(record_problems(node_dir, expected, record_text))
     return problems
 
@@ -227,6 +240,7 @@ ARGUMENT_SPEC = dict(
     requirement_wheels=dict(type="list", elements="str", default=[]),
     checksum_cache=dict(type="path", default="~/.cache/multinode-training/wheel-sha256.json"),
     node=dict(type="str", default=""),
+    existing=dict(type="bool", default=False),
 )
 
 
@@ -239,7 +253,7 @@ def run_module(module):
     before = dict(cache or {})
     try:
         found = source(p["dist_dir"], path, p["wheel"], p["wheelhouse"], p["index_url"],
-                       p["requirements_lock"], p["requirement_wheels"], cache)
+                       p["requirements_lock"], p["requirement_wheels"], cache, p["existing"])
     except DistError as exc:
         module.fail_json(msg="%s%s" % (p["node"] + ": " if p["node"] else "", exc), manifest_path=path)
     if cache_path and cache != before and not module.check_mode:

@@ -68,6 +68,18 @@ def _read(path):
         return handle.read()
 
 
+def path_state(path):
+    """{state: directory, file, other (with detail) or absent} of what is at path."""
+    if os.path.isdir(path):
+        return {"state": "directory"}
+    if os.path.isfile(path):
+        return {"state": "file"}
+    if os.path.lexists(path):
+        return {"state": "other",
+                "detail": "dangling symlink to %s" % os.readlink(path) if os.path.islink(path) else "special file"}
+    return {"state": "absent"}
+
+
 def venv_facts(path):
     """What is at the venv path: state, marker of a previous install, torch already in it."""
     import glob
@@ -76,14 +88,8 @@ def venv_facts(path):
              "torch": None, "torch_cuda": None, "target": None}
     if os.path.islink(path):
         facts["target"] = os.path.realpath(path)
-    if os.path.isdir(path):
-        facts["state"] = "directory"
-    elif os.path.isfile(path):
-        facts["state"] = "file"
-    elif os.path.lexists(path):
-        facts["state"] = "other"
-        facts["detail"] = "dangling symlink to %s" % os.readlink(path) if os.path.islink(path) else "special file"
-    else:
+    facts.update(path_state(path))
+    if facts["state"] == "absent":
         parent = os.path.dirname(os.path.abspath(path))
         while parent and not os.path.lexists(parent):
             parent = os.path.dirname(parent)
@@ -92,12 +98,7 @@ def venv_facts(path):
         return facts
     if facts["state"] != "directory":
         return facts
-    marker = os.path.join(path, MARKER_NAME)
-    if os.path.isfile(marker):
-        try:
-            facts["marker"] = json.loads(_read(marker))
-        except ValueError:
-            facts["marker"] = {"error": "unreadable marker %s" % marker}
+    facts["marker"] = read_marker(os.path.join(path, MARKER_NAME))
     for meta in sorted(glob.glob(os.path.join(path, "lib", "python*", "site-packages", "torch-*.dist-info", "METADATA"))):
         facts["torch"] = parse_dist_info_version(_read(meta))
         version_py = os.path.join(os.path.dirname(os.path.dirname(meta)), "torch", "version.py")
@@ -105,6 +106,75 @@ def venv_facts(path):
             facts["torch_cuda"] = parse_torch_cuda(_read(version_py))
         break
     facts["packages"] = venv_packages(path)
+    return facts
+
+
+# Runs under an existing environment's own python (wheel_distribute_venv_existing): where it installs and
+# keeps DeepSpeed, its torch (version and the CUDA release from torch/version.py, torch not imported) and
+# every distribution it sees, read through importlib.metadata as that python resolves them (a conda env,
+# an NGC container's dist-packages: no path is guessed).
+EXISTING_ENV_SCRIPT = r'''
+import importlib.metadata as md, importlib.util as iu, json, os, sysconfig
+out = {"site": sysconfig.get_paths()["purelib"], "torch": None, "version_py": None, "packages": []}
+for dist in md.distributions():
+    name = dist.metadata["Name"]
+    if name:
+        out["packages"].append("%s==%s" % (name, dist.version))
+try:
+    out["site"] = str(md.distribution("deepspeed").locate_file(""))
+except md.PackageNotFoundError:
+    pass
+try:
+    out["torch"] = md.version("torch")
+except md.PackageNotFoundError:
+    pass
+spec = iu.find_spec("torch") if out["torch"] else None
+for where in (spec and spec.submodule_search_locations) or []:
+    path = os.path.join(where, "version.py")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            out["version_py"] = handle.read()
+        break
+print(json.dumps(out))
+'''
+
+
+def read_marker(path):
+    """The JSON marker of a verified install at path, None where there is none."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        return json.loads(_read(path))
+    except ValueError:
+        return {"error": "unreadable marker %s" % path}
+
+
+def existing_env_facts(module, path, marker_path):
+    """An existing environment (a venv, a conda env, an NGC container's prefix: its python is
+    <path>/bin/python), asked through its own python: the same keys as venv_facts, plus existing, site
+    (where its DeepSpeed is) and error (its python cannot say). Its marker is the file at marker_path
+    (the node directory: nothing of this collection is written into the environment but the wheel)."""
+    facts = {"path": path, "state": "absent", "symlink": os.path.islink(path), "marker": None, "torch": None,
+             "torch_cuda": None, "target": os.path.realpath(path), "existing": True, "site": None,
+             "packages": []}
+    facts.update(path_state(path))
+    if facts["state"] != "directory":
+        return facts
+    python = os.path.join(path, "bin", "python")
+    try:
+        rc, out, err = module.run_command([python, "-c", EXISTING_ENV_SCRIPT], handle_exceptions=False)
+    except OSError as exc:
+        rc, out, err = 127, "", exc.strerror or "cannot be run"
+    try:
+        answer = json.loads(out.strip().splitlines()[-1]) if rc == 0 else None
+    except (ValueError, IndexError):
+        answer = None
+    if answer is None:
+        facts["error"] = "%s: %s" % (python, " ".join(((err or out).strip() or "exit status %d" % rc).split())[-300:])
+        return facts
+    facts.update(site=answer["site"], torch=answer["torch"], packages=sorted(answer["packages"]),
+                 torch_cuda=parse_torch_cuda(answer["version_py"]) if answer["version_py"] else None,
+                 marker=read_marker(marker_path))
     return facts
 
 
@@ -152,6 +222,8 @@ ARGUMENT_SPEC = dict(
     expected_files=dict(type="dict"),
     lock_sha256=dict(type="str", default=""),
     lock_packages=dict(type="list", elements="str"),
+    existing=dict(type="bool", default=False),
+    marker=dict(type="path"),
 )
 
 
@@ -189,8 +261,10 @@ def run_module(module):
     params = module.params
     manifest = params["manifest"]
     node = params["node"] or socket.gethostname()
-    commands = [[params["python"], "-c", "<interpreter probe>"]]
-    python = interpreter(module, params["python"])
+    # an existing environment: its own python is the one whose tags must fit the wheel
+    python_path = os.path.join(params["venv"], "bin", "python") if params["existing"] else params["python"]
+    commands = [[python_path, "-c", "<interpreter probe>"]]
+    python = interpreter(module, python_path)
     smi = module.get_bin_path("nvidia-smi", required=False)
     gpus, smi_commands = cuda_arch.query_gpus(module.run_command, smi)
     commands.extend(smi_commands)
@@ -204,7 +278,13 @@ def run_module(module):
             cpuinfo = handle.read()
     except OSError as exc:
         module.fail_json(msg="%s: cannot read CPU flags from %s: %s" % (node, params["cpuinfo_path"], exc))
-    venv = venv_facts(params["venv"])
+    if params["existing"]:
+        if not params["marker"]:
+            module.fail_json(msg="compat.existing needs compat.marker (the path of its marker on the node)")
+        venv = existing_env_facts(module, params["venv"], params["marker"])
+        commands.append([python_path, "-c", "<existing environment probe>"])
+    else:
+        venv = venv_facts(params["venv"])
     facts = {"python": python, "venv": venv, "gpus": gpus, "driver": driver, "cpuinfo": cpuinfo,
              "cpuinfo_path": params["cpuinfo_path"]}
     problems = node_problems(manifest, facts, node)

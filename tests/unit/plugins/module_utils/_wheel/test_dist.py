@@ -71,12 +71,12 @@ def test_source_refusals_name_the_file(tmp_path, case, expected):
         assert _wheel_dist.source(str(d), path, "", str(d / "wheelhouse"), "https://pypi.org/simple")
 
 
-def install(tmp_path, m, op_bytes=b"op"):
-    """A release venv as install.yml leaves it: deepspeed dist-info RECORD, the op binary, the marker."""
-    release = tmp_path / "venv.releases" / "r1"
-    site = release / "lib" / "python3.11" / "site-packages"
+def install_deepspeed(site, m, op_bytes=b"op"):
+    """DeepSpeed in a site-packages as pip leaves it: its dist-info with a RECORD of the op binaries (each
+    recorded as b"op"), and the op binaries (op_bytes)."""
     info = site / ("deepspeed-%s.dist-info" % m["deepspeed"]["version"])
     info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: deepspeed\nVersion: %s\n\n" % m["deepspeed"]["version"])
     lines = []
     for op in m["ops"]:
         path = site / op["file"]
@@ -85,6 +85,12 @@ def install(tmp_path, m, op_bytes=b"op"):
         digest = base64.urlsafe_b64encode(hashlib.sha256(b"op").digest()).decode().rstrip("=")
         lines.append("%s,sha256=%s,%d" % (op["file"], digest, 2))
     (info / "RECORD").write_text("\n".join(lines) + "\n")
+
+
+def install(tmp_path, m, op_bytes=b"op"):
+    """A release venv as install.yml leaves it: deepspeed dist-info RECORD, the op binary, the marker."""
+    release = tmp_path / "venv.releases" / "r1"
+    install_deepspeed(release / "lib" / "python3.11" / "site-packages", m, op_bytes)
     marker = {"verified": True, "wheel_sha256": m["wheel_sha256"], "torch": m["torch"]["version"],
               "requirements_sha256": "", "python_version": "3.11.2", "deepspeed": "0.19.8",
               "ops": sorted(op["name"] for op in m["ops"]), "venv": "/opt/v", "python": "/opt/v/bin/python",
