@@ -21,7 +21,10 @@ import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._build.manifest import sha256_file
-from ansible_collections.multinode.training.plugins.module_utils._train.ds_ops import config_ops_problems
+from ansible_collections.multinode.training.plugins.module_utils._train.ds_ops import (
+    accelerate_deepspeed_config,
+    config_ops_problems,
+)
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
 
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
@@ -221,9 +224,11 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="",
 
     ``hosts`` gives the order of the nodes, ``first`` the node the others are compared with (it
     hosts the rendezvous), ``interface`` its train_interface, for messages. ``deepspeed_config``
-    ({text, path} of train_deepspeed_config): the ops it makes DeepSpeed load must be prebuilt in the
-    first node's environment (the others must equal it), unless ``allow_jit`` (_train.ds_ops).
+    ({text, path} of train_deepspeed_config, or {accelerate, accelerate_path, code_src} of an accelerate config:
+    the DeepSpeed config it names, _train.ds_ops.accelerate_deepspeed_config): the ops it makes DeepSpeed load
+    must be prebuilt in the first node's environment (the others must equal it), unless ``allow_jit``.
     """
+    deepspeed_config = dict(deepspeed_config or {})
     problems = []
     reference = probes.get(first) or {}
     first_sum = ((reference.get("script") or {}).get("sha256")) or "none"
@@ -240,9 +245,15 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="",
             packages[host] = probe["environment"].get("packages") or []
         problems.extend(file_problems(host, probe, first, first_sum, interface))
     environment = reference.get("environment") or {}
-    if deepspeed_config and environment.get("deepspeed"):
-        problems.extend(config_ops_problems(deepspeed_config.get("text") or "", deepspeed_config.get("path") or "",
-                                            first, environment.get("ops"), allow_jit))
+    if deepspeed_config and "accelerate" in deepspeed_config:
+        deepspeed_config = accelerate_deepspeed_config(deepspeed_config["accelerate"],
+                                                       deepspeed_config.get("accelerate_path") or "",
+                                                       deepspeed_config.get("code_src") or "")
+        if deepspeed_config.get("problem"):
+            problems.append(deepspeed_config["problem"])
+    if deepspeed_config.get("text") is not None and environment.get("deepspeed"):
+        problems.extend(config_ops_problems(deepspeed_config["text"], deepspeed_config.get("path") or "",
+                                            first, environment.get("ops"), allow_jit, deepspeed_config.get("label")))
     if len(packages) > 1:
         diff = differences(packages)
         if diff:

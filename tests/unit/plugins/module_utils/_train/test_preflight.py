@@ -163,6 +163,26 @@ def test_compare_refuses_an_op_the_deepspeed_config_needs_and_the_nodes_lack():
     assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, text=json.dumps(adam))) == []
 
 
+def test_compare_reads_the_deepspeed_file_an_accelerate_config_names(tmp_path):
+    """Without train_deepspeed_config, the accelerate config's deepspeed_config_file (found in train_code_src,
+    as the nodes find it in train_code_dir) is checked the same way; a file the controller cannot read is
+    named."""
+    (tmp_path / "ds.json").write_text(json.dumps({"optimizer": {"type": "Adam"}}))
+    config = {"accelerate": {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": "ds.json"}},
+              "accelerate_path": "/c/acc.yaml", "code_src": str(tmp_path)}
+    probes = {h: node(ops=("cpu_adam_op",)) for h in HOSTS}
+    problems = pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config)
+    assert len(problems) == 1 and problems[0].startswith(
+        'train_accelerate_config=/c/acc.yaml (its deepspeed_config_file ds.json): optimizer "Adam" without '
+        "offload_optimizer makes DeepSpeed load op fused_adam, which the DeepSpeed on n1 does not have prebuilt")
+    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, code_src="")) == [
+        "train_accelerate_config=/c/acc.yaml (its deepspeed_config_file ds.json): cannot be read on the controller "
+        "(train_code_src is not a directory); valid: a file of the directory train_code_src (copied to "
+        "train_code_dir, where a relative name is found), an absolute path that is the same file on the controller "
+        "and the nodes, or train_deepspeed_config"]
+    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, accelerate={"use_cpu": True})) == []
+
+
 def test_compare_lacking_torch_or_deepspeed():
     problems = pre.compare({"n1": node(torch=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v")
     assert problems == ['n1: train_python="/v/bin/python": lacks torch; valid: the venv that '
