@@ -85,11 +85,11 @@ def accelerate_deepspeed_config(accelerate, accelerate_path, code_src=""):
             with open(where, encoding="utf-8") as handle:
                 return {"text": handle.read(), "path": where, "label": label}
         except (IOError, OSError) as exc:
+            why = (exc.strerror or str(exc)) if where else "train_code_src is not a directory"
             return {"problem": "%s: cannot be read on the controller (%s); valid: a file of the directory "
                                "train_code_src (copied to train_code_dir, where a relative name is found), an "
                                "absolute path that is the same file on the controller and the nodes, or "
-                               "train_deepspeed_config" % (label, exc.strerror or exc if where else
-                                                           "train_code_src is not a directory")}
+                               "train_deepspeed_config" % (label, why)}
     inline = {"zero_optimization": dict(
         (key, {"device": section.get(field)}) for key, field in (
             ("offload_optimizer", "offload_optimizer_device"), ("offload_param", "offload_param_device"))

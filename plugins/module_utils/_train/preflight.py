@@ -245,7 +245,7 @@ def compare(probes, hosts, first, venv="", require_deepspeed=True, interface="",
             packages[host] = probe["environment"].get("packages") or []
         problems.extend(file_problems(host, probe, first, first_sum, interface))
     environment = reference.get("environment") or {}
-    if deepspeed_config and "accelerate" in deepspeed_config:
+    if "accelerate" in deepspeed_config:
         deepspeed_config = accelerate_deepspeed_config(deepspeed_config["accelerate"],
                                                        deepspeed_config.get("accelerate_path") or "",
                                                        deepspeed_config.get("code_src") or "")
