@@ -70,7 +70,11 @@ options:
         elements: str
         default: []
       set_default:
-        description: Whether the role makes the chosen gcc the default through update-alternatives (with O(gcc_plan.probe)).
+        description:
+          - Whether the role makes the chosen gcc the default through update-alternatives.
+          - With V(false) the default gcc stays; O(gcc_plan.requested=auto) then returns the default gcc when it fits,
+            else the newest installed C(gcc-N)/C(g++-N) pair that fits (no archive read), else the newest fitting one
+            on offer; an explicit version installed already is accepted without the archive.
         type: bool
         default: true
       priority:
@@ -179,6 +183,10 @@ options:
         description: Whether the role keeps a wheelhouse beside the wheel (then RV(wheelhouse_current) is computed).
         type: bool
         default: true
+      gcc:
+        description: The gcc major the build compiles with (C(gcc-N), C(g++-N)); empty for the default C(gcc), C(g++).
+        type: str
+        default: ''
   plan:
     description:
       - Decide and validate how a DeepSpeed wheel is built on this host.
@@ -495,6 +503,17 @@ nvcc:
     - O(plan) - nvcc path and release, and the highest gcc major it accepts (null when there is no nvcc).
   returned: with O(gcc_plan) or O(plan)
   type: dict
+installed:
+  description: The C(gcc-N)/C(g++-N) pairs in C(/usr/bin) (majors), read with O(gcc_plan.set_default=false); null otherwise.
+  returned: with O(gcc_plan)
+  type: list
+  elements: int
+  sample: [12]
+default_gcc:
+  description: The default gcc's major (null without a gcc), read with O(gcc_plan.set_default=false); null otherwise.
+  returned: with O(gcc_plan)
+  type: int
+  sample: 12
 index_missing:
   description: With O(gcc_plan.probe), the host had no package lists; nothing else was decided.
   returned: with O(gcc_plan)
@@ -640,6 +659,16 @@ compiler:
   sample:
     gcc: 12.2.0
     cxx_standard: c++20
+cc:
+  description: The C compiler the plan is for (O(plan.cc)), also in the plan that O(probe) returns.
+  returned: with O(plan)
+  type: str
+  sample: gcc-12
+cxx:
+  description: The C++ compiler the plan is for (O(plan.cxx)), also in the plan that O(probe) returns.
+  returned: with O(plan)
+  type: str
+  sample: g++-12
 jobs:
   description: MAX_JOBS used.
   returned: with O(plan)

@@ -57,25 +57,45 @@ def probe_installed(module, version, p):
     return found
 
 
+def installed_gcc(module):
+    """The gcc-N/g++-N pairs in /usr/bin and the default gcc's major (None without a gcc)."""
+    installed = toolchain.parse_installed(glob.glob("/usr/bin/gcc-[0-9]*") + glob.glob("/usr/bin/g++-[0-9]*"))
+    path = module.get_bin_path("gcc")
+    rc, out, _err = module.run_command([path, "-dumpversion"]) if path else (1, "", "")
+    major = toolchain.parse_version(out)[:1] if rc == 0 else ()
+    return installed, (major[0] if major else None)
+
+
 def run_module(module):
     p = module.params
     standard = p["cxx_standard"]
     if standard == "auto":
         standard = toolchain.cxx_standard(p["deepspeed_version"], p["torch_version"])
     nvcc = None if p["nvcc"] == "none" else probe_nvcc(module, find_nvcc(module, p["nvcc"]))
+    nvcc_release, nvcc_max = nvcc and nvcc["release"], nvcc and nvcc["max_gcc"]
+    installed = default = kept = None
+    if not p["set_default"]:
+        # The default stays: a fitting gcc already there is used as it is (no index, no install).
+        installed, default = installed_gcc(module)
+        if p["requested"] == "auto":
+            kept = toolchain.keep_installed(installed, default, toolchain.MIN_GCC_FOR_STANDARD[standard],
+                                            nvcc_max if nvcc_release else None)
     available = p["available"]
+    if available is None and kept is not None:
+        available = []
     if available is None and p["probe"] and not glob.glob("/var/lib/apt/lists/*_Packages*"):
         # Container images often ship without package lists: the role refreshes them and asks again.
         module.exit_json(changed=False, index_missing=True, available=[], cxx_standard=standard, nvcc=nvcc)
     if available is None:
         available = apt_gcc_versions(module)
     result = dict(changed=False, available=available, cxx_standard=standard,
-                  min_gcc=toolchain.MIN_GCC_FOR_STANDARD[standard], nvcc=nvcc)
+                  min_gcc=toolchain.MIN_GCC_FOR_STANDARD[standard], nvcc=nvcc,
+                  installed=installed, default_gcc=default)
     try:
         result["version"] = toolchain.plan_gcc(
-            p["requested"], available, standard,
-            nvcc_release=nvcc and nvcc["release"], nvcc_max=nvcc and nvcc["max_gcc"],
-            deepspeed_version=p["deepspeed_version"], require_available=p["require_available"])
+            p["requested"], available, standard, nvcc_release=nvcc_release, nvcc_max=nvcc_max,
+            deepspeed_version=p["deepspeed_version"], require_available=p["require_available"],
+            installed=installed, default=default)
     except toolchain.ToolchainError as exc:
         module.fail_json(msg=str(exc), **result)
     if p["probe"]:

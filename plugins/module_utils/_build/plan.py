@@ -158,7 +158,7 @@ def plan(module, p):
                 torch_info.resolve_accelerator("cuda", None, {"cuda": "unknown"}, host, p["torch_requirement"])
             except torch_info.TorchError as exc:
                 module.fail_json(msg=str(exc))
-        return dict(changed=False, nvcc=nvcc, accelerator=None)
+        return dict(changed=False, nvcc=nvcc, accelerator=None, cc=p["cc"], cxx=p["cxx"])
     try:
         accelerator = torch_info.resolve_accelerator(
             p["accelerator"], nvcc and nvcc["release"], p["torch"] or {}, host, p["torch_requirement"])
@@ -169,7 +169,8 @@ def plan(module, p):
     arch_list = cuda_arch_list(module, host, accelerator, explicit_arch, gpus, nvcc)
 
     if p["phase"] == "inputs":
-        result = dict(changed=False, nvcc=nvcc, accelerator=accelerator, arch_list=arch_list, gpus=gpus)
+        result = dict(changed=False, nvcc=nvcc, accelerator=accelerator, arch_list=arch_list, gpus=gpus,
+                      cc=p["cc"], cxx=p["cxx"])
         if p["source_dir"]:
             result.update(resolve_ops(module, p["source_dir"], accelerator, p["ops"], arch_list, nvcc))
         return result
@@ -178,7 +179,7 @@ def plan(module, p):
     env = build_env(module, p, host, accelerator, arch_list, nvcc, jobs)
 
     result = dict(changed=False, accelerator=accelerator, arch_list=arch_list, gpus=gpus, nvcc=nvcc,
-                  cpu=cpu, jobs=jobs, env=env,
+                  cpu=cpu, jobs=jobs, env=env, cc=p["cc"], cxx=p["cxx"],
                   compiler={"gcc": gcc_version,
                             "cxx_standard": _toolchain.cxx_standard(p["deepspeed_version"],
                                                                     (p["torch"] or {}).get("version"))})

@@ -38,6 +38,7 @@ ARGUMENT_SPEC = dict(
     env=dict(type="dict", default={}),
     install_prerequisites=dict(type="bool", default=True),
     wheelhouse=dict(type="bool", default=True),
+    gcc=dict(type="str", default=""),
 )
 
 
@@ -87,6 +88,12 @@ def probe_source(module, nodename, result):
     return source
 
 
+def compilers(gcc):
+    """deepspeed_build_gcc -> the plan's cc and cxx: gcc-N/g++-N for a major N, gcc/g++ for ''."""
+    gcc = str(gcc or "").strip()
+    return dict(cc="gcc-%s" % gcc, cxx="g++-%s" % gcc) if gcc else dict(cc="gcc", cxx="g++")
+
+
 def probe_plan(module, source, result):
     """The build plan, full when source, torch and a C/C++ compiler are there; returns whether it is full."""
     p = module.params
@@ -94,12 +101,12 @@ def probe_plan(module, source, result):
     plan_params.update(accelerator=p["accelerator"], cuda_arch_list=p["cuda_arch_list"], ops=p["ops"],
                        torch=result["torch"], torch_requirement=p["torch_requirement"], jobs=p["jobs"],
                        env=p["env"], install_prerequisites=p["install_prerequisites"],
-                       deepspeed_version=source.get("version"))
+                       deepspeed_version=source.get("version"), **compilers(p["gcc"]))
     torch_known = bool(result["torch"]) or p["accelerator"] != "auto"
     if source["ready"] and torch_known:
         plan_params["source_dir"] = source["tree"]
-    full = (source["ready"] and bool(result["torch"]) and bool(module.get_bin_path("gcc"))
-            and bool(module.get_bin_path("g++")))
+    full = (source["ready"] and bool(result["torch"]) and bool(module.get_bin_path(plan_params["cc"]))
+            and bool(module.get_bin_path(plan_params["cxx"])))
     plan_params["phase"] = "full" if full else "inputs"
     result["plan"] = _build_plan.plan(module, plan_params)
     if not full:

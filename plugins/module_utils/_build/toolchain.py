@@ -98,12 +98,31 @@ def parse_available(pkgnames_output):
     return sorted(versions)
 
 
+def parse_installed(paths):
+    """/usr/bin/gcc-N and /usr/bin/g++-N paths -> sorted majors N that have both."""
+    names = set(p.rsplit("/", 1)[-1] for p in paths or [])
+    return sorted(int(m.group(1)) for m in (re.fullmatch(r"gcc-(\d+)", n) for n in names)
+                  if m and ("g++-%s" % m.group(1)) in names)
+
+
+def keep_installed(installed, default, low, high=None):
+    """The gcc a build uses without changing the machine: the default gcc's major when it fits
+    [low, high] (and gcc-N/g++-N name it), else the newest installed gcc-N/g++-N pair that fits;
+    None when none does."""
+    fits = [v for v in installed or [] if v >= low and (high is None or v <= high)]
+    if default in fits:
+        return default
+    return max(fits) if fits else None
+
+
 def plan_gcc(requested, available, standard, nvcc_release=None, nvcc_max=None, deepspeed_version=None,
-             require_available=True):
+             require_available=True, installed=None, default=None):
     """Choose the gcc major to install, or raise ToolchainError naming what would work.
 
     requested: 'auto' or an int-like; available: majors the package archive offers.
     require_available=False accepts an explicit version the archive lacks (Ubuntu: the PPA comes next).
+    installed/default (the gcc-N/g++-N pairs on the host and the default gcc's major), given when the
+    default is not to change: auto then keeps what is there (keep_installed) before it installs.
     """
     low = MIN_GCC_FOR_STANDARD[standard]
     high = nvcc_max if nvcc_release else None
@@ -114,6 +133,9 @@ def plan_gcc(requested, available, standard, nvcc_release=None, nvcc_max=None, d
     window = "gcc %d..%s" % (low, high if high else "newest")
 
     if str(requested) == "auto":
+        kept = keep_installed(installed, default, low, high) if installed is not None else None
+        if kept is not None:
+            return kept
         if not fits:
             raise ToolchainError(
                 "toolchain_gcc_version=auto: no gcc in the package archive fits: %s%s; "
@@ -141,7 +163,7 @@ def plan_gcc(requested, available, standard, nvcc_release=None, nvcc_max=None, d
             "toolchain_gcc_version=%d cannot work: %s. Versions that would: %s%s."
             % (version, "; ".join(problems), window,
                (" (in this archive: %s)" % ", ".join(map(str, fits))) if fits else ""))
-    if require_available and version not in available:
+    if require_available and version not in available and version not in (installed or []):
         raise ToolchainError(
             "toolchain_gcc_version=%d: gcc-%d/g++-%d are not in this host's package archive, which offers %s; "
             "versions that would work here: %s"

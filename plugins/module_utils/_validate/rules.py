@@ -419,6 +419,7 @@ RULES = {
             "%s[%d]" % (v, i), op, r"^[A-Za-z0-9_]+$", "op names such as cpu_adam, fused_adam (or the DS_BUILD_* "
             "suffix)", "not an op name")]],
     "deepspeed_build_jobs": [_range(0)],
+    "deepspeed_build_gcc": [_pattern(r"^([0-9]+)?$", "empty (the default gcc) or a gcc major such as 12")],
     "deepspeed_build_env": [_env()],
     "deepspeed_build_python": [_not_empty("python3 or the absolute path of an interpreter on the build host")],
     # toolchain

@@ -49,3 +49,11 @@ def test_a_missing_cxx_is_refused_naming_the_toolchain_role():
     with pytest.raises(Exit):
         _plan.build_env(module, dict(_plan.defaults(), cc="gcc", cxx="g++"), "b1", "cpu", "", None, 2)
     assert module.result["msg"] == "C++ compiler 'g++' not found on b1: the toolchain role installs it"
+
+
+def test_the_plan_says_which_compilers_it_is_for(monkeypatch):
+    monkeypatch.setattr(_plan._nvcc, "find_nvcc", lambda module, explicit: None)
+    module = FakeModule({})
+    p = dict(_plan.defaults(), phase="inputs", cc="gcc-11", cxx="g++-11")
+    result = _plan.plan(module, p)
+    assert (result["cc"], result["cxx"], result["accelerator"]) == ("gcc-11", "g++-11", None)

@@ -30,3 +30,31 @@ def test_a_missing_local_source_is_refused_naming_host_and_variable(tmp_path):
     assert module.result["msg"] == (
         'build1: deepspeed_build_local_path="%s": missing on the build host; valid: a DeepSpeed source '
         "tarball or directory there" % (tmp_path / "ds.tar.gz"))
+
+
+class Bins(StandInModule):
+    """A build host with these compilers on PATH."""
+
+    def __init__(self, bins, **params):
+        super().__init__(probe.ARGUMENT_SPEC, **params)
+        self.bins = bins
+
+    def get_bin_path(self, name, required=False):
+        return self.bins.get(name)
+
+
+@pytest.mark.parametrize("gcc, bins, cc, cxx, full", [
+    ("", {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++"}, "gcc", "g++", True),
+    ("11", {"gcc-11": "/usr/bin/gcc-11", "g++-11": "/usr/bin/g++-11"}, "gcc-11", "g++-11", True),
+    # gcc-11 named, only the default gcc there: no compiler yet, not a plan for the default
+    ("11", {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++"}, "gcc-11", "g++-11", False),
+])
+def test_the_plan_is_for_the_compilers_deepspeed_build_gcc_names(monkeypatch, tmp_path, gcc, bins, cc, cxx, full):
+    planned = []
+    monkeypatch.setattr(probe._build_plan, "plan", lambda module, p: planned.append(p) or {"cc": p["cc"]})
+    module = Bins(bins, gcc=gcc, version="0.19.8", workdir=str(tmp_path), torch_requirement="torch")
+    result = {"torch": {"version": "2.13.0+cpu", "cuda": None}, "torch_reason": ""}
+    assert probe.probe_plan(module, {"ready": True, "tree": str(tmp_path), "version": "0.19.8"}, result) is full
+    assert (planned[0]["cc"], planned[0]["cxx"]) == (cc, cxx)
+    assert planned[0]["phase"] == ("full" if full else "inputs")
+    assert result.get("reason") == (None if full else "no C compiler yet")

@@ -114,3 +114,37 @@ def test_alternative_selected_on_recorded_query():
     assert not t.alternative_selected(text, 12, 50)   # other priority: the role re-registers
     assert not t.alternative_selected(text, 13, 60)   # other version
     assert not t.alternative_selected("", 12, 60)     # no alternative yet
+
+
+def test_parse_installed_needs_both_gcc_and_gxx():
+    paths = ["/usr/bin/gcc-11", "/usr/bin/g++-11", "/usr/bin/gcc-12", "/usr/bin/gcc-ar-12", "/usr/bin/g++-10"]
+    assert t.parse_installed(paths) == [11]
+
+
+def test_keep_installed_prefers_the_default_then_the_newest_that_fits():
+    # the default fits: kept even when a newer one is installed
+    assert t.keep_installed([11, 12, 13], 12, 10) == 12
+    # the default is above nvcc's limit: the newest installed below it
+    assert t.keep_installed([10, 11, 12], 12, 10, 11) == 11
+    # the default is below the C++ standard's floor
+    assert t.keep_installed([9, 12], 9, 10) == 12
+    # nothing installed fits, or no default gcc at all
+    assert t.keep_installed([8, 9], 9, 10) is None
+    assert t.keep_installed([11], None, 10) == 11
+    # a default that no gcc-N names (a /usr/local gcc) is not called by name
+    assert t.keep_installed([11], 12, 10) == 11
+
+
+def test_auto_keeps_an_installed_gcc_when_the_default_stays():
+    # the archive offers 13, but the default 12 fits and is kept
+    assert t.plan_gcc("auto", [11, 12, 13], "c++20", installed=[12], default=12) == 12
+    # the default 13 is above nvcc 12.2's limit: the installed 11
+    assert t.plan_gcc("auto", [11, 12, 13], "c++20", "12.2", 12, installed=[11, 13], default=13) == 11
+    # nothing installed fits: the newest fitting one on offer, to be installed
+    assert t.plan_gcc("auto", [11, 12, 13], "c++20", "12.2", 12, installed=[13], default=13) == 12
+
+
+def test_explicit_version_installed_but_not_on_offer():
+    assert t.plan_gcc("11", [12], "c++20", installed=[11, 12], default=12) == 11
+    with pytest.raises(t.ToolchainError, match="not in this host's package archive"):
+        t.plan_gcc("11", [12], "c++20", installed=[12], default=12)
