@@ -80,7 +80,7 @@ badinput: venv-test
 wheel: venv
 	bash scripts/check_build_idempotent.sh
 
-## cuda-build: fused_adam for two arch lists against PyPI's CUDA torch, checked from the
+## cuda-build: fused_adam for the arch list 8.0;9.0+PTX against PyPI's CUDA torch, checked from the
 ## binaries; the ~2.4 GB CUDA stack and the builds are cached outside the clone.
 cuda-build: venv
 	bash scripts/check_cuda_build.sh

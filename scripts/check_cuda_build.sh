@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The CUDA build for real, on this machine without a GPU: build_deepspeed.yml builds
-# fused_adam for two explicit arch lists against PyPI's CUDA torch and nvcc, then
-#  - the GPU code in each op binary, read by the project's fatbin reader (what the
-#    manifest records) and by cuobjdump, must be exactly what the arch list asked for;
-#  - a second run of a build changes nothing and compiles nothing;
+# fused_adam for the explicit arch list 8.0;9.0+PTX against PyPI's CUDA torch and nvcc, then
+#  - the GPU code in the op binary, read by the project's fatbin reader (what the
+#    manifest records) and by cuobjdump, must be exactly what the arch list asked for:
+#    SASS for 8.0 and 9.0, PTX for 9.0 only (+PTX on the highest, none for 8.0);
+#  - a second run of the build changes nothing and compiles nothing;
 #  - the wheelhouse for the nodes holds the CUDA torch stack;
 #  - the wheel, installed from that wheelhouse into a clean venv, loads its prebuilt op
 #    with DS_ACCELERATOR=cuda and no compiler on PATH, and ds_report lists it installed.
 # Everything heavy lives in a cache outside the clone, reused by fresh clones on this
-# machine: the CUDA stack (scripts/cuda_stack.sh, ~2.4 GB once), and per arch list the
-# build folder (venv with the CUDA torch, wheel; the role's build key decides a rebuild)
-# and the check venv (redone when the wheel changes).
+# machine: the CUDA stack (scripts/cuda_stack.sh, ~2.4 GB once), the build folder (venv
+# with the CUDA torch, wheel; the role's build key decides a rebuild) and the check venv
+# (redone when the wheel changes). A second arch list (9.0 alone, no PTX) was built here
+# too until the 60-minute budget of make test: 329 s of nvcc on the 2-core host for what
+# the first build's 8.0 (SASS, no PTX) already shows; the key's arch list is unit-tested.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PWD/${VENV:-.venv}/bin:$PATH" ANSIBLE_CONFIG="$PWD/ansible.cfg"
@@ -42,7 +45,7 @@ EOF
 fi
 
 # build <slug> <arch list> <wheelhouse true|false> [venv of an earlier build to share]:
-# prints the dist folder. A run that compiled (cold) or changed something (a stale apt
+# prints the dist folder (a second arch list would share the first one's venv). A run that compiled (cold) or changed something (a stale apt
 # index is refreshed) is followed by a second one, which must change nothing and
 # compile nothing; a warm run that changed nothing is that proof itself.
 build() {
@@ -111,10 +114,6 @@ t=$(date +%s)
 dist_a=$(build 80-90ptx "8.0;9.0+PTX" true)
 echo "build '8.0;9.0+PTX': $(( $(date +%s) - t )) s"
 check_gpu_code "$dist_a" "8.0,9.0" "9.0"
-t=$(date +%s)
-dist_b=$(build 90 "9.0" false "$CACHE/cuda-build/80-90ptx/work/venv")
-echo "build '9.0': $(( $(date +%s) - t )) s"
-check_gpu_code "$dist_b" "9.0" ""
 
 # The nodes' wheelhouse: the CUDA torch and its nvidia-* libraries.
 ls "$dist_a"/wheelhouse/torch-2.13.0-*manylinux*.whl "$dist_a"/wheelhouse/nvidia_cublas-*.whl \
@@ -129,7 +128,8 @@ venv="$CACHE/cuda-build/80-90ptx/check-venv"
 if [ "$(cat "$venv/.wheel_sha256" 2>/dev/null)" != "$sha" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q --no-index --find-links "$dist_a/wheelhouse" "$wheel"
+  # --no-compile: this venv only loads one op; byte-compiling torch's files is CPU for nothing
+  "$venv/bin/python" -m pip install -q --no-compile --no-index --find-links "$dist_a/wheelhouse" "$wheel"
   echo "$sha" >"$venv/.wheel_sha256"
 fi
 ext=$(mktemp -d)

@@ -36,7 +36,7 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 1750 ;; launch_diagnosis) echo 2400 ;; launch_slurm) echo 900 ;;
+    default) echo 1750 ;; launch_diagnosis) echo 2000 ;; launch_slurm) echo 900 ;;
     deepspeed_build) echo 1100 ;; wheel_distribute) echo 500 ;; toolchain) echo 170 ;;
     nccl_tuning) echo 270 ;; make:checks) echo 1030 ;; make:wheel) echo 930 ;; *) echo 300 ;;
   esac
