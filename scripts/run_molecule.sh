@@ -36,9 +36,9 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 1750 ;; launch_diagnosis) echo 2000 ;; launch_slurm) echo 900 ;;
-    deepspeed_build) echo 1100 ;; wheel_distribute) echo 500 ;; toolchain) echo 170 ;;
-    nccl_tuning) echo 270 ;; make:checks) echo 1030 ;; make:wheel) echo 930 ;; *) echo 300 ;;
+    default) echo 1680 ;; launch_diagnosis) echo 1900 ;; launch_slurm) echo 800 ;;
+    deepspeed_build) echo 400 ;; wheel_distribute) echo 250 ;; toolchain) echo 165 ;;
+    nccl_tuning) echo 210 ;; make:checks) echo 1000 ;; make:wheel) echo 770 ;; *) echo 300 ;;
   esac
 }
 needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/default/prepare.yml)
