@@ -4,7 +4,7 @@
 # dist/deepspeed-*.whl and its manifest for the scenarios that distribute it. The
 # machine's default compilers and their update-alternatives entry, read before and
 # after both runs, must be as they were (the embedded default sets
-# toolchain_set_default: false: the build calls gcc-N by name).
+# toolchain_set_default: false).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Ansible's default output: the checks below read its task banners (ansible.cfg's

@@ -136,7 +136,7 @@ PY
 
 # ---- byo: the build against the installed torch, on the CPU (the GPU machine's CPU too).
 # cpu_adagrad: one source file (cpu_adam has two): what is checked is the build against the
-# installed torch, not the op; make wheel and molecule deepspeed_build build cpu_adam.
+# installed torch, not the op; make wheel builds cpu_adam.
 if [ "$pyver" != 3.12 ]; then
   step byo build "$WORK/dist-cpu" cpu '["cpu_adagrad"]' auto || { summary; exit 1; }
 fi
