@@ -78,8 +78,7 @@ def run_module(module):
         # The default stays: a fitting gcc already there is used as it is (no index, no install).
         installed, default = installed_gcc(module)
         if p["requested"] == "auto":
-            kept = toolchain.keep_installed(installed, default, toolchain.MIN_GCC_FOR_STANDARD[standard],
-                                            nvcc_max if nvcc_release else None)
+            kept = toolchain.keep_installed(installed, default, *toolchain.gcc_bounds(standard, nvcc_release, nvcc_max))
     available = p["available"]
     if available is None and kept is not None:
         available = []

@@ -105,11 +105,21 @@ def parse_installed(paths):
                   if m and ("g++-%s" % m.group(1)) in names)
 
 
+def gcc_bounds(standard, nvcc_release=None, nvcc_max=None):
+    """(lowest, highest or None) gcc major: the C++ standard's floor, nvcc's ceiling (CUDA builds)."""
+    return MIN_GCC_FOR_STANDARD[standard], (nvcc_max if nvcc_release else None)
+
+
+def fitting(versions, low, high):
+    """The majors of versions within [low, high] (high None: no ceiling)."""
+    return [v for v in versions or [] if v >= low and (high is None or v <= high)]
+
+
 def keep_installed(installed, default, low, high=None):
     """The gcc a build uses without changing the machine: the default gcc's major when it fits
     [low, high] (and gcc-N/g++-N name it), else the newest installed gcc-N/g++-N pair that fits;
     None when none does."""
-    fits = [v for v in installed or [] if v >= low and (high is None or v <= high)]
+    fits = fitting(installed, low, high)
     if default in fits:
         return default
     return max(fits) if fits else None
@@ -124,12 +134,11 @@ def plan_gcc(requested, available, standard, nvcc_release=None, nvcc_max=None, d
     installed/default (the gcc-N/g++-N pairs on the host and the default gcc's major), given when the
     default is not to change: auto then keeps what is there (keep_installed) before it installs.
     """
-    low = MIN_GCC_FOR_STANDARD[standard]
-    high = nvcc_max if nvcc_release else None
+    low, high = gcc_bounds(standard, nvcc_release, nvcc_max)
     what = "DeepSpeed %s" % deepspeed_version if deepspeed_version else "this DeepSpeed"
     reasons_low = "%s compiles its ops with -std=%s, which needs gcc >= %d" % (what, standard, low)
     reasons_high = ("nvcc %s accepts gcc <= %s" % (nvcc_release, high)) if high else None
-    fits = [v for v in available if v >= low and (high is None or v <= high)]
+    fits = fitting(available, low, high)
     window = "gcc %d..%s" % (low, high if high else "newest")
 
     if str(requested) == "auto":
