@@ -484,7 +484,7 @@ version:
   type: int
   sample: 12
 available:
-  description: gcc majors the archive offers (with a matching g++).
+  description: gcc majors the archive offers (with a matching g++); null when it was not read (a fitting gcc kept).
   returned: with O(gcc_plan)
   type: list
   elements: int

@@ -80,19 +80,18 @@ def run_module(module):
         if p["requested"] == "auto":
             kept = toolchain.keep_installed(installed, default, *toolchain.gcc_bounds(standard, nvcc_release, nvcc_max))
     available = p["available"]
-    if available is None and kept is not None:
-        available = []
-    if available is None and p["probe"] and not glob.glob("/var/lib/apt/lists/*_Packages*"):
-        # Container images often ship without package lists: the role refreshes them and asks again.
-        module.exit_json(changed=False, index_missing=True, available=[], cxx_standard=standard, nvcc=nvcc)
-    if available is None:
+    if available is None and kept is None:
+        if p["probe"] and not glob.glob("/var/lib/apt/lists/*_Packages*"):
+            # Container images often ship without package lists: the role refreshes them and asks again.
+            module.exit_json(changed=False, index_missing=True, available=[], cxx_standard=standard, nvcc=nvcc)
         available = apt_gcc_versions(module)
+    # available stays None when a kept gcc made the archive unnecessary (it was not read)
     result = dict(changed=False, available=available, cxx_standard=standard,
                   min_gcc=toolchain.MIN_GCC_FOR_STANDARD[standard], nvcc=nvcc,
                   installed=installed, default_gcc=default)
     try:
         result["version"] = toolchain.plan_gcc(
-            p["requested"], available, standard, nvcc_release=nvcc_release, nvcc_max=nvcc_max,
+            p["requested"], available or [], standard, nvcc_release=nvcc_release, nvcc_max=nvcc_max,
             deepspeed_version=p["deepspeed_version"], require_available=p["require_available"],
             installed=installed, default=default)
     except toolchain.ToolchainError as exc:

@@ -69,7 +69,7 @@ def test_default_left_alone_keeps_the_fitting_default_without_the_archive(monkey
         {"/usr/bin/gcc": (0, "12\n", ""), "dpkg-query": (0, "gcc-12 install ok installed\ng++-12 install ok installed\n", ""),
          "/usr/bin/gcc-12": (0, "12.2.0\n", ""), "/usr/bin/g++-12": (0, "12.2.0\n", "")},
         ["/usr/bin/gcc-12", "/usr/bin/g++-12", "/usr/bin/gcc-11"], apt_lists=False)
-    assert not result["failed"] and result["index_missing"] is False
+    assert not result["failed"] and result["index_missing"] is False and result["available"] is None
     assert (result["version"], result["installed"], result["default_gcc"]) == (12, [12], 12)
     assert result["missing"] == [] and result["selected"] is True
     assert result["compiler_versions"] == {"gcc-12": "12.2.0", "g++-12": "12.2.0"}
