@@ -7,10 +7,10 @@
 #
 # MOLECULE_STREAMS (default 2) items run at once: a scenario waits on containers part of
 # the time (module round trips, jobs that sleep), though on 2 cores two streams keep the
-# CPU busy (0 % idle in a full run): more at once would not finish sooner. The longest
-# items are dealt out first (weights below: seconds of a cold run on the 2-core test
-# host beside another stream), each to the stream with the least work so far, the make
-# targets before all scenarios so that each starts a stream. The scenarios that
+# CPU busy (0 % idle in a full run): more at once would not finish sooner. The items
+# wait in one queue, the make targets first so that each starts a stream, then the
+# longest first (weights below: seconds of a cold run on the 2-core test host beside
+# another stream); each stream takes the next item when it is free. The scenarios that
 # distribute the host's wheel (needs_wheel) wait until make:wheel has ended when it is
 # one of the items. The launch cluster's steps are two scenarios (default,
 # launch_diagnosis) so that neither stream carries all of it. Every item logs to its own
@@ -36,7 +36,7 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 1680 ;; launch_diagnosis) echo 1900 ;; launch_slurm) echo 800 ;;
+    default) echo 1680 ;; launch_diagnosis) echo 1800 ;; launch_slurm) echo 800 ;;
     deepspeed_build) echo 400 ;; wheel_distribute) echo 250 ;; toolchain) echo 165 ;;
     nccl_tuning) echo 210 ;; make:checks) echo 1000 ;; make:wheel) echo 770 ;; *) echo 300 ;;
   esac
@@ -48,18 +48,26 @@ needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/def
 wheel_item=no
 for s in "$@"; do [ "$s" = make:wheel ] && wheel_item=yes; done
 
-# Deal the items out, the make targets first (so that they start the streams: make:wheel
-# and make:checks in different ones), then the scenarios longest first, each to the
-# stream with the least work.
+# One queue: the make targets first (so that each starts a stream: make:wheel and
+# make:checks in different ones), then the scenarios longest first; a stream that is
+# free takes the next item, so a stream whose items ran shorter than their weight
+# takes more (the streams' ends differ by less than the last item).
 declare -a load plan
 for ((i = 0; i < streams; i++)); do load[i]=0 plan[i]=""; done
-while read -r _ s; do
+{ for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep ' make:'
+  for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep -v ' make:'; } \
+  | awk '{print $2}' >"$logs/.queue"
+# The plan printed at the start: the same order dealt by weight, as the queue would run it.
+while read -r s; do
   best=0
   for ((i = 1; i < streams; i++)); do ((load[i] < load[best])) && best=$i; done
   load[best]=$((load[best] + $(weight "$s")))
   plan[best]+="$s "
-done < <(for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep ' make:'
-  for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep -v ' make:')
+done <"$logs/.queue"
+
+next_item() {  # pops the queue's first item (empty when none is left)
+  flock "$logs/.queue" sh -c 'head -n 1 "$1"; sed -i 1d "$1"' _ "$logs/.queue"
+}
 
 run_one() {  # item -> its log file, then its result line; returns molecule's (make's) status
   local s=$1 start rc
@@ -95,8 +103,8 @@ run_one() {  # item -> its log file, then its result line; returns molecule's (m
 pids=()
 for ((i = 0; i < streams; i++)); do
   [ -n "${plan[i]}" ] || continue
-  echo "=== molecule stream $((i + 1)) (about ${load[i]} s): ${plan[i]}"
-  (for s in ${plan[i]}; do run_one "$s"; done; exit 0) &
+  echo "=== molecule stream $((i + 1)) (about ${load[i]} s, if the weights hold): ${plan[i]}"
+  (while s=$(next_item) && [ -n "$s" ]; do run_one "$s"; done; exit 0) &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do wait "$pid"; done

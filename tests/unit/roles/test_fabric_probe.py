@@ -35,3 +35,19 @@ def test_a_slow_device_stays_slow_over_passes():
 def test_seconds_default_is_the_collections():
     args = fabric_probe.parse_args(["--probe-nodes", "[]", "--schedule", "[]"])
     assert args.seconds == schedule.SECONDS
+
+
+def test_a_link_is_judged_by_its_fast_steps_not_by_a_busy_hosts_slow_ones():
+    # a healthy link on a loaded host: 0.12 ms at rest, but most round trips delayed by a
+    # scheduler slice (2 to 7 ms): the median is 2 ms (as on the CI host), the fast tenth is the link's
+    steps = [0.00012] * 30 + [0.002, 0.004, 0.007] * 20 + [0.0002] * 10
+    assert sorted(steps)[len(steps) // 2] == 0.002
+    assert fabric_probe.fast_step(steps, fabric_probe.FAST_STEPS["latency"]) == 0.00012
+    # a link slowed by 20 ms on every round trip stays slow
+    assert fabric_probe.fast_step([0.02 + s for s in steps], fabric_probe.FAST_STEPS["latency"]) > 0.02
+
+
+def test_fast_step_of_few_steps_and_of_a_quarter():
+    assert fabric_probe.fast_step([3.0, 1.0, 2.0, 5.0, 4.0], 0.25) == 2.0
+    assert fabric_probe.fast_step([3.0, 1.0, 2.0, 5.0, 4.0], 0.1) == 1.0
+    assert fabric_probe.fast_step([0.5], 0.25) == 0.5
