@@ -6,8 +6,11 @@ Input: the probe's result (roles/train/files/fabric_probe.py, ``fabric.json`` in
 probe job's directory)::
 
     {"nodes": [names in the play's order], "backend": "gloo", "device": "cpu",
-     "links": [{"a": n1, "b": n2, "gbps": 9.1, "latency_ms": 0.08}, ...],
+     "links": [{"a": n1, "b": n2, "gbps": 9.1, "latency_ms": 0.08}, {"a": n2, "b": n1, ...}, ...],
      "compute": {n1: {"gflops": 41.0}, ...}, "allreduce_busbw_gbps": 6.2, "seconds": 3.1}
+
+A link is one direction: ``a`` sends, ``b`` receives (the probe measures both; a result with
+one direction of a pair stands for both).
 
 Rules (docs/fabric.md):
 
@@ -18,8 +21,11 @@ Rules (docs/fabric.md):
   found although two of the three links are slow (their median would be a slow
   one); the median per node, not its best, so a healthy link's 2x jitter on a busy
   host is not slow against the fastest link seen.
-* a slow link is blamed on its endpoint(s) whose best link is slow too; when neither
-  is (a bad cable between two good nodes), both are named.
+* a slow link is blamed on its sender when the sender's best outgoing link is slow too
+  (its egress: a shaper, a slow NIC), on its receiver when the receiver's best incoming
+  link is (its ingress); else on an end slow on either side (TCP's acknowledgements of a
+  link travel the other way); when neither is (a bad cable between two good nodes), both
+  are named.
 * compute: a node below ``ratio`` x the median GFLOP/s is slow.
 * the gate: ``off`` nothing; ``warn`` names the flagged nodes and goes on; ``gate``
   fails, unless the job is elastic (``MIN:MAX``) and at least MIN nodes remain
@@ -64,13 +70,23 @@ def _check(result):
     return nodes
 
 
+def _directed(links):
+    """Every pair in both directions: a pair measured one way (a -> b) stands for both, the
+    copy marked ``mirrored`` (it counts in the figures, it is not named twice)."""
+    have = {(link["a"], link["b"]) for link in links}
+    return list(links) + [dict(link, a=link["b"], b=link["a"], mirrored=True)
+                          for link in links if (link["b"], link["a"]) not in have]
+
+
 def _best(nodes, links):
-    """{node: (best Gbit/s, best latency ms)} over the node's links."""
+    """{node: {"out": best Gbit/s sent, "in": best Gbit/s received, "lat": best latency ms}}."""
     best = {}
     for node in nodes:
-        mine = [link for link in links if node in (link["a"], link["b"])]
-        if mine:
-            best[node] = (max(link["gbps"] for link in mine), min(link["latency_ms"] for link in mine))
+        out = [link["gbps"] for link in links if link["a"] == node]
+        into = [link["gbps"] for link in links if link["b"] == node]
+        if out or into:
+            best[node] = {"out": max(out or into), "in": max(into or out),
+                          "lat": min(link["latency_ms"] for link in links if node in (link["a"], link["b"]))}
     return best
 
 
@@ -88,7 +104,7 @@ def _slow_links(links, typical, best, ratio, min_gbps):
     """[(link, [reasons])] for the slow links, and the references: the median over the nodes of each node's median link."""
     ref_gbps = statistics.median(typical.values()) if typical else None
     # latency: the median of the nodes' best (a node's two links' mean would be half a 20 ms fault)
-    ref_lat = statistics.median([b[1] for b in best.values()]) if best else None
+    ref_lat = statistics.median([b["lat"] for b in best.values()]) if best else None
     slow = []
     for link in links:
         why = []
@@ -103,21 +119,32 @@ def _slow_links(links, typical, best, ratio, min_gbps):
     return slow, ref_gbps, ref_lat
 
 
-def _node_is_slow(node, best, ratio, min_gbps, ref_gbps, ref_lat):
-    gbps, lat = best[node]
+def _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat):
+    """Whether ``node``'s best link on ``side`` ("out": sent, "in": received) is slow too."""
+    gbps, lat = best[node][side], best[node]["lat"]
     return (gbps < ratio * ref_gbps or (min_gbps and gbps < min_gbps)
             or lat > max(ref_lat / ratio, ref_lat + LATENCY_SLACK_MS))
 
 
 def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat):
-    """{node: [reasons]} for the slow links: the endpoint whose best link is slow too, else both."""
+    """{node: [reasons]} for the slow links: the sender whose best outgoing link is slow too, the
+    receiver whose best incoming link is, else both."""
+    def is_slow(node, side):
+        return _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat)
+
     flagged = {}
     for link, why in slow:
+        if link.get("mirrored"):
+            continue
         ends = [link["a"], link["b"]]
-        guilty = [n for n in ends if _node_is_slow(n, best, ratio, min_gbps, ref_gbps, ref_lat)] or ends
-        for node in guilty:
-            other = link["b"] if node == link["a"] else link["a"]
-            flagged.setdefault(node, []).append("link to %s: %s" % (other, "; ".join(why)))
+        guilty = [n for n, side in zip(ends, ("out", "in")) if is_slow(n, side)]
+        # Over TCP a link's acknowledgements travel the other way: a node whose egress is
+        # slow also slows what it receives, partly (tc tbf at 50 Mbit/s on one container's
+        # egress: its ingress read about 2 Gbit/s against 14). Such a link is that node's,
+        # not a cable between two good nodes.
+        guilty = guilty or [n for n in ends if is_slow(n, "out") or is_slow(n, "in")]
+        for node in guilty or ends:
+            flagged.setdefault(node, []).append("link %s -> %s: %s" % (link["a"], link["b"], "; ".join(why)))
     return flagged
 
 
@@ -147,12 +174,12 @@ def decide(flagged, hosts, mode, nnodes):
 
 
 def matrix(result, flagged):
-    """The node-by-node matrix as lines: Gbit/s (latency ms) per link, compute per node, '*' for flagged."""
+    """The node-by-node matrix as lines: Gbit/s (latency ms) from the row's node to the column's, compute per
+    node, '*' for flagged."""
     nodes = result["nodes"]
     cells = {}
-    for link in result.get("links", []):
-        text = "%.3g (%.3g)" % (link["gbps"], link["latency_ms"])
-        cells[(link["a"], link["b"])] = cells[(link["b"], link["a"])] = text
+    for link in _directed(result.get("links", [])):
+        cells[(link["a"], link["b"])] = "%.3g (%.3g)" % (link["gbps"], link["latency_ms"])
     width = max([len(n) for n in nodes] + [len(c) for c in cells.values()] + [7]) + 2
     first = max([len(n) + 1 for n in nodes] + [19]) + 2
     lines = ["Gbit/s (latency ms)".ljust(first) + "".join(n.ljust(width) for n in nodes).rstrip()]
@@ -174,7 +201,7 @@ def verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes=""):
         raise FabricError("train_fabric_ratio=%r: valid: between 0 and 1" % (ratio,))
     ratio = float(ratio)
     min_gbps = float(min_gbps) if min_gbps else None
-    links = result.get("links", [])
+    links = _directed(result.get("links", []))
     best = _best(nodes, links)
     slow, ref_gbps, ref_lat = _slow_links(links, _typical(nodes, links), best, ratio, min_gbps)
     flagged = _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat)

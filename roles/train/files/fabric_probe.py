@@ -7,7 +7,9 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
 1. rounds of disjoint node pairs (``--schedule``, the controller's
    multinode.training.fabric_schedule): in each pair the lower node sends a buffer
    of ``--bytes`` for about ``--seconds`` (bandwidth, the partner's one-element
-   acknowledgement after each) and then ping-pongs one element (latency: half the
+   acknowledgement after each), then the higher node sends it back the same way
+   (each direction is a link: a shaper or a slow NIC slows one direction only),
+   and then ping-pongs one element (latency: half the
    round trip): bandwidth from the fastest quarter of the timed steps, latency from
    the fastest tenth (``FAST_STEPS``); nodes not in the round wait at
    the barrier. The schedule runs ``--passes`` times (2) and each link keeps its best
@@ -73,6 +75,7 @@ def _repeat(torch, dist, device, leader, peer_rank, seconds, step, fraction):
     Returns ``fast_step(steps, fraction)`` in seconds.
     """
     count = torch.zeros(1, dtype=torch.int64, device=device)
+    _sync(torch, device)
     start = time.perf_counter()
     step()
     _sync(torch, device)
@@ -82,6 +85,7 @@ def _repeat(torch, dist, device, leader, peer_rank, seconds, step, fraction):
         dist.send(count, peer_rank)
     else:
         dist.recv(count, peer_rank)
+    _sync(torch, device)
     steps = []
     for _step in range(int(count[0])):
         start = time.perf_counter()
@@ -92,7 +96,9 @@ def _repeat(torch, dist, device, leader, peer_rank, seconds, step, fraction):
 
 
 def measure_link(torch, dist, device, peer_rank, leader, args):
-    """Gbit/s from the leader to its peer and the one-way latency in ms (the leader's measurement)."""
+    """Gbit/s from the leader to its peer, Gbit/s back, and the one-way latency in ms (the leader's
+    measurement) as two links' figures: (leader -> peer, peer -> leader). Both directions, as a
+    shaper or a slow NIC slows one of them only."""
     buf = torch.ones(args.bytes // 4, dtype=torch.float32, device=device)
     one = torch.zeros(1, dtype=torch.float32, device=device)
 
@@ -107,11 +113,11 @@ def measure_link(torch, dist, device, peer_rank, leader, args):
                 dist.send(back, peer_rank)
         return step
 
-    gbps = args.bytes * 8 / _repeat(torch, dist, device, leader, peer_rank, args.seconds, exchange(buf, one),
-                                    FAST_STEPS["bandwidth"]) / 1e9
+    gbps = [args.bytes * 8 / _repeat(torch, dist, device, leader, peer_rank, args.seconds, exchange(there, back),
+                                     FAST_STEPS["bandwidth"]) / 1e9 for there, back in ((buf, one), (one, buf))]
     latency = _repeat(torch, dist, device, leader, peer_rank, args.seconds / 2, exchange(one, one),
                       FAST_STEPS["latency"]) / 2
-    return {"gbps": round(gbps, 4), "latency_ms": round(latency * 1000, 4)}
+    return tuple({"gbps": round(figure, 4), "latency_ms": round(latency * 1000, 4)} for figure in gbps)
 
 
 def keep_best(best, pair, figures):
@@ -134,6 +140,7 @@ def measure_allreduce(torch, dist, device, world, args):
     count = torch.tensor([max(3, min(1000, int(args.seconds / max(time.perf_counter() - start, 1e-6))))],
                          dtype=torch.int64, device=device)
     dist.broadcast(count, 0)
+    _sync(torch, device)
     start = time.perf_counter()
     for _step in range(int(count[0])):
         dist.all_reduce(buf)
@@ -155,14 +162,20 @@ def measure_compute(torch, seconds):
         b = torch.randn(size, size, dtype=dtype, device=device)
         torch.matmul(a, b)
         _sync(torch, device)
+        # A GPU runs what the host queued after the host has moved on: every read of the
+        # clock follows a sync, so the time counts the matmuls done, not the ones queued
+        # (16 per sync on a GPU: a sync per matmul would time the launches too).
+        batch = 16 if device.type == "cuda" else 1
         count, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            torch.matmul(a, b)
-            count += 1
-            if device.type == "cuda" and count % 16 == 0:
-                _sync(torch, device)
-        _sync(torch, device)
-        figures.append(2 * size ** 3 * count / (time.perf_counter() - start) / 1e9)
+        while True:
+            for _matmul in range(batch):
+                torch.matmul(a, b)
+            count += batch
+            _sync(torch, device)
+            took = time.perf_counter() - start
+            if took >= seconds:
+                break
+        figures.append(2 * size ** 3 * count / took / 1e9)
     return {"gflops": round(min(figures), 3), "devices": [round(f, 3) for f in figures]}
 
 
@@ -196,9 +209,10 @@ def run(args):
             for low, high in pairs:
                 if mine in (low, high) and low in rank_of and high in rank_of:
                     leader = mine == low
-                    figures = measure_link(torch, dist, device, rank_of[high if leader else low], leader, args)
+                    there, back = measure_link(torch, dist, device, rank_of[high if leader else low], leader, args)
                     if leader:
-                        keep_best(best, (nodes[low], nodes[high]), figures)
+                        keep_best(best, (nodes[low], nodes[high]), there)
+                        keep_best(best, (nodes[high], nodes[low]), back)
             dist.barrier()
     links = [dict(a=a, b=b, **figures) for (a, b), figures in best.items()]
     busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None

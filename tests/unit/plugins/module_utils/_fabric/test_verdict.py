@@ -31,11 +31,11 @@ def test_slow_link_and_slow_cpu_are_named_with_figures():
     assert sorted(out["flagged"]) == ["node1", "node3"]
     # node1: both of its links slow (two of the three links: a median over links would miss it)
     assert len(out["flagged"]["node1"]) == 2
-    assert "link to node2: 0.31 Gbit/s < 0.5 x median 3.19" in out["flagged"]["node1"][0]
+    assert "link node1 -> node2: 0.31 Gbit/s < 0.5 x median 3.19" in out["flagged"]["node1"][0]
     assert "latency 20.4 ms" in out["flagged"]["node1"][0]
     assert out["flagged"]["node3"] == ["compute 11.8 GFLOP/s < 0.5 x median 40.1"]
     assert out["action"] == "warn" and out["keep"] == N3
-    assert out["summary"][0].startswith("node1: link to node2")
+    assert out["summary"][0].startswith("node1: link node1 -> node2")
 
 
 def test_gate_fails_fixed_count_and_drops_in_elastic_range():
@@ -56,17 +56,71 @@ def test_bad_cable_between_good_nodes_names_both_ends():
     assert out["drop"] == ["n3", "n6"] and len(out["keep"]) == 6
 
 
+def _both_ways(links, slow_sender=None, slow_gbps=0.02):
+    """Each link of ``links`` in both directions, the ones ``slow_sender`` sends at ``slow_gbps``."""
+    out = []
+    for link in links:
+        for a, b in ((link["a"], link["b"]), (link["b"], link["a"])):
+            out.append(dict(link, a=a, b=b, gbps=slow_gbps if a == slow_sender else link["gbps"]))
+    return out
+
+
+@pytest.mark.parametrize("node", N3)
+def test_a_nodes_slow_egress_is_named_whichever_node(node):
+    # tc tbf on one node's egress: what it sends is slow, what it receives is not. The probe once
+    # measured each pair from the lower node only, and missed node3's egress.
+    result = load("healthy3")
+    result["links"] = _both_ways(result["links"], slow_sender=node)
+    out = verdict(result, N3, "gate", 0.5)
+    assert list(out["flagged"]) == [node]
+    assert all(reason.startswith("link %s -> " % node) for reason in out["flagged"][node])
+    assert len(out["flagged"][node]) == 2
+
+
+def test_a_slow_egress_that_slows_its_ingress_partly_names_that_node_alone():
+    # TCP's acknowledgements of what node1 receives leave through its slow egress: what it
+    # receives is slowed too, one link below the threshold and one above, its best incoming link
+    # not slow: node1 alone, not node2 as the far end of a bad cable
+    result = load("healthy3")
+    result["links"] = _both_ways(result["links"], slow_sender="node1")
+    for link in result["links"]:
+        if link["b"] == "node1":
+            link["gbps"] = {"node2": 2.0, "node3": 5.5}[link["a"]]
+    out = verdict(result, N3, "gate", 0.5)
+    assert list(out["flagged"]) == ["node1"]
+    assert "link node2 -> node1: 2 Gbit/s < 0.5 x median" in " ".join(out["flagged"]["node1"])
+
+
+def test_a_nodes_slow_ingress_is_named_on_the_receiver():
+    result = load("healthy3")
+    result["links"] = [dict(link, gbps=0.02) if link["b"] == "node2" else link
+                       for link in _both_ways(result["links"])]
+    out = verdict(result, N3, "gate", 0.5)
+    assert list(out["flagged"]) == ["node2"]
+    assert sorted(out["flagged"]["node2"]) == ["link node1 -> node2: 0.02 Gbit/s < 0.5 x median 9.65",
+                                              "link node3 -> node2: 0.02 Gbit/s < 0.5 x median 9.65"]
+
+
+def test_matrix_rows_send_columns_receive():
+    result = load("healthy3")
+    result["links"] = _both_ways(result["links"], slow_sender="node3")
+    lines = matrix(result, {})
+    # node3 sends slowly to node1 and node2, receives from them at their figures
+    assert lines[3].split() == ["node3", "0.02", "(0.065)", "0.02", "(0.09)", "-"]
+    assert lines[1].split() == ["node1", "-", "9.8", "(0.071)", "10.4", "(0.065)"]
+
+
 def test_absolute_threshold_and_two_nodes():
     result = load("two_cpu_slow")
     # two nodes: one link, no relative link rule; the absolute one applies
     assert "a" not in verdict(result, ["a", "b"], "warn", 0.5)["flagged"]
     out = verdict(result, ["a", "b"], "warn", 0.5, min_gbps=25)
-    assert out["flagged"]["a"] == ["link to b: 9.5 Gbit/s < train_fabric_min_gbps 25"]
+    assert out["flagged"]["a"] == ["link a -> b: 9.5 Gbit/s < train_fabric_min_gbps 25"]
     # compute: b at 12 against a median of 26
     assert out["flagged"]["b"][-1] == "compute 12 GFLOP/s < 0.5 x median 26"
     assert verdict(load("healthy3"), N3, "warn", 0.5, min_gbps=9.5)["flagged"] == {
-        "node2": ["link to node3: 8.9 Gbit/s < train_fabric_min_gbps 9.5"],
-        "node3": ["link to node2: 8.9 Gbit/s < train_fabric_min_gbps 9.5"]}
+        "node2": ["link node2 -> node3: 8.9 Gbit/s < train_fabric_min_gbps 9.5"],
+        "node3": ["link node2 -> node3: 8.9 Gbit/s < train_fabric_min_gbps 9.5"]}
 
 
 def test_a_node_without_result_is_flagged():
