@@ -222,7 +222,7 @@ options:
   fabric_ratio:
     description: A link or node below this fraction of the median is slow (train_fabric_ratio).
     type: float
-    default: 0.5
+    default: 0.8
   fabric_min_gbps:
     description: A link below this many Gbit/s is slow; V(0) - none (train_fabric_min_gbps).
     type: float

@@ -110,6 +110,35 @@ def test_matrix_rows_send_columns_receive():
     assert lines[1].split() == ["node1", "-", "9.8", "(0.071)", "10.4", "(0.065)"]
 
 
+def _h100_cluster(link_down=None, slow_gpu=None):
+    """Four nodes shaped like H100 SXM nodes with one 400 Gb/s NDR NIC per GPU (not recorded here: there is
+    no GPU cluster to record from): one NCCL rank per node, about 370 Gbit/s each way between two
+    nodes and 640-660 TFLOP/s of bf16 matmul, a few per cent apart; ``link_down``'s NIC trained down
+    to 200 Gb/s (185 Gbit/s each way), ``slow_gpu`` power-capped to 0.7 of the others."""
+    nodes = ["gpu1", "gpu2", "gpu3", "gpu4"]
+    jitter = [1.0, 0.97, 1.02, 0.99, 1.01, 0.98]
+    links = []
+    for i, (a, b) in enumerate([(a, b) for a in nodes for b in nodes if a < b]):
+        for x, y in ((a, b), (b, a)):
+            gbps = 370.0 * jitter[i] * (0.5 if link_down in (x, y) else 1.0)
+            links.append({"a": x, "b": y, "gbps": round(gbps, 1), "latency_ms": 0.012})
+    compute = {n: {"gflops": g * (0.7 if n == slow_gpu else 1.0)}
+               for n, g in zip(nodes, [652e3, 641e3, 660e3, 648e3])}
+    return nodes, {"nodes": nodes, "backend": "nccl", "device": "cuda", "links": links, "compute": compute}
+
+
+def test_default_ratio_flags_a_half_rate_link_and_a_gpu_at_0_7_on_dedicated_nodes():
+    nodes, healthy = _h100_cluster()
+    assert verdict(healthy, nodes, "gate")["flagged"] == {}
+    nodes, faulty = _h100_cluster(link_down="gpu4", slow_gpu="gpu2")
+    out = verdict(faulty, nodes, "gate")
+    assert sorted(out["flagged"]) == ["gpu2", "gpu4"]
+    assert out["flagged"]["gpu2"] == ["compute 4.49e+05 GFLOP/s < 0.8 x median 6.5e+05"]
+    assert len(out["flagged"]["gpu4"]) == 6  # its three links, both ways
+    # the ratio it replaces let both through
+    assert verdict(faulty, nodes, "gate", 0.5)["flagged"] == {}
+
+
 def test_absolute_threshold_and_two_nodes():
     result = load("two_cpu_slow")
     # two nodes: one link, no relative link rule; the absolute one applies
