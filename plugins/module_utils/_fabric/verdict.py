@@ -140,10 +140,11 @@ def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat):
             continue
         ends = [link["a"], link["b"]]
         guilty = [n for n, side in zip(ends, ("out", "in")) if is_slow(n, side)]
-        # Over TCP a link's acknowledgements travel the other way: a node whose egress is
-        # slow also slows what it receives, partly (tc tbf at 50 Mbit/s on one container's
-        # egress: its ingress read about 2 Gbit/s against 14). Such a link is that node's,
-        # not a cable between two good nodes.
+        # A link's acknowledgements (TCP's, the probe's one-element reply) travel the other
+        # way: a node with a slow egress can slow what it receives too, without its best
+        # incoming link being slow. Such a link is that node's, not a cable between two good
+        # nodes. (Measured on containers, a 50 Mbit/s tc tbf on one node's egress left what
+        # it received at full speed: 9.2 and 8.5 Gbit/s, the other links 8.1 to 8.8.)
         guilty = guilty or [n for n in ends if is_slow(n, "out") or is_slow(n, "in")]
         for node in guilty or ends:
             flagged.setdefault(node, []).append("link %s -> %s: %s" % (link["a"], link["b"], "; ".join(why)))

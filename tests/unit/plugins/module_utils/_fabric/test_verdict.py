@@ -78,9 +78,9 @@ def test_a_nodes_slow_egress_is_named_whichever_node(node):
 
 
 def test_a_slow_egress_that_slows_its_ingress_partly_names_that_node_alone():
-    # TCP's acknowledgements of what node1 receives leave through its slow egress: what it
-    # receives is slowed too, one link below the threshold and one above, its best incoming link
-    # not slow: node1 alone, not node2 as the far end of a bad cable
+    # the acknowledgements of what node1 receives leave through its slow egress: where that slows
+    # what it receives, one link below the threshold and one above, its best incoming link not
+    # slow: node1 alone, not node2 as the far end of a bad cable
     result = load("healthy3")
     result["links"] = _both_ways(result["links"], slow_sender="node1")
     for link in result["links"]:
