@@ -97,8 +97,9 @@ def test_a_nodes_slow_ingress_is_named_on_the_receiver():
                        for link in _both_ways(result["links"])]
     out = verdict(result, N3, "gate", 0.5)
     assert list(out["flagged"]) == ["node2"]
-    assert sorted(out["flagged"]["node2"]) == ["link node1 -> node2: 0.02 Gbit/s < 0.5 x median 9.65",
-                                              "link node3 -> node2: 0.02 Gbit/s < 0.5 x median 9.65"]
+    assert sorted(out["flagged"]["node2"]) == [
+        "link node1 -> node2: 0.02 Gbit/s < 0.5 x median 9.65",
+        "link node3 -> node2: 0.02 Gbit/s < 0.5 x median 9.65"]
 
 
 def test_matrix_rows_send_columns_receive():
