@@ -81,13 +81,13 @@ def _directed(links):
 
 
 def _best(nodes, links):
-    """{node: {"out": best Gbit/s sent, "in": best Gbit/s received, "lat": best latency ms}}."""
+    """{node: {"out": best Gbit/s sent, "in": best Gbit/s received, "lat": best latency ms}} over
+    ``_directed`` links (a node with a link has one each way)."""
     best = {}
     for node in nodes:
         out = [link["gbps"] for link in links if link["a"] == node]
-        into = [link["gbps"] for link in links if link["b"] == node]
-        if out or into:
-            best[node] = {"out": max(out or into), "in": max(into or out),
+        if out:
+            best[node] = {"out": max(out), "in": max(link["gbps"] for link in links if link["b"] == node),
                           "lat": min(link["latency_ms"] for link in links if node in (link["a"], link["b"]))}
     return best
 

@@ -9,11 +9,11 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
    of ``--bytes`` for about ``--seconds`` (bandwidth, the partner's one-element
    acknowledgement after each), then the higher node sends it back the same way
    (each direction is a link: a shaper or a slow NIC slows one direction only),
-   and then ping-pongs one element (latency: half the
-   round trip): bandwidth from the fastest quarter of the timed steps, latency from
-   the fastest tenth (``FAST_STEPS``); nodes not in the round wait at
-   the barrier. The schedule runs ``--passes`` times (2) and each link keeps its best
-   figures: a busy host's dip in one pass is not the link's, a bad link is slow in both;
+   then they ping-pong one element (latency: half the round trip); bandwidth from
+   the fastest quarter of the timed steps, latency from the fastest tenth
+   (``FAST_STEPS``); nodes not in the round wait at the barrier. The schedule runs
+   ``--passes`` times (2) and each link keeps its best figures: a busy host's dip in
+   one pass is not the link's, a bad link is slow in both;
 2. one all-node all_reduce of the same buffer: the bus bandwidth
    (2 (n-1) / n x bytes / time);
 3. a matmul on each GPU of the node (bf16 4096x4096), or on the CPU (fp32 512x512),

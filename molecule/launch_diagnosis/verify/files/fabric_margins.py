@@ -10,9 +10,12 @@ times under RATIO it is. For latency: the highest link against its threshold (th
 median / RATIO, at least the median + LATENCY_SLACK_MS). A margin near 1 means noise decides.
 """
 import json
+import pathlib
 import sys
 
-LATENCY_SLACK_MS = 5.0  # plugins/module_utils/_fabric/verdict.py
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[4] / ".collections"))
+# pylint: disable-next=wrong-import-position
+from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import LATENCY_SLACK_MS  # noqa: E402
 
 
 def _split(values, median, ratio):
