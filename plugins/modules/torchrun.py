@@ -303,9 +303,11 @@ options:
       - Seconds to wait, after all ranks on this node succeeded, for torchrun's exit barrier (it waits
         for the other nodes' agents; torch gives it 300 s, and an agent that failed never arrives).
         After that the node's torchrun is stopped and the node reports success with
-        RV(exit_barrier_abandoned); the failing node reports the failure.
+        RV(exit_barrier_abandoned); the failing node reports the failure. V(0) waits until torchrun ends.
+      - Default V(0) when O(watch.nodes) names several nodes (their watchers stop the job everywhere when
+        a node fails or is lost, which ends the barrier, and a node still at work, such as a rank writing
+        its last checkpoint, must not lose the first node's rendezvous store), else V(30).
     type: int
-    default: 30
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.

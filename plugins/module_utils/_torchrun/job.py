@@ -63,7 +63,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=0),
     stop_grace=dict(type="int", default=STOP_GRACE),
     tail_lines=dict(type="int", default=TAIL_LINES),
-    exit_barrier_grace=dict(type="int", default=30),
+    exit_barrier_grace=dict(type="int"),
     user=dict(type="str"),
     group=dict(type="str"),
     firewall_allow=dict(type="list", elements="str", default=[]),

@@ -65,10 +65,29 @@ def verdict(job, host, job_dir, result, data, gave_up, barrier_abandoned, timeou
     return False, None, None
 
 
+# Seconds a node whose ranks succeeded waits in torchrun's exit barrier when no watcher hub links it to
+# the other nodes (O(watch) names one node or none): nothing else would tell it that another node failed.
+BARRIER_GRACE = 30
+
+
+def barrier_grace(requested, job_dir):
+    """Seconds this node's torchrun may sit in its exit barrier before it is stopped; 0: until it ends.
+
+    ``requested``: O(exit_barrier_grace), None for the default. When the watchers link several nodes
+    (watch.json names them), the hub stops the job everywhere as soon as a node fails or is lost, and that
+    stop ends the barrier; a node still at work (a rank's last checkpoint, a slow exit) is waited for: the
+    first node hosts the rendezvous store, and stopping it while another node is busy fails that node.
+    """
+    if requested is not None:
+        return requested
+    conf = read_json(os.path.join(job_dir, "watch.json")) or {}
+    return 0 if len(conf.get("nodes") or []) > 1 else BARRIER_GRACE
+
+
 def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
     """Block until result.json exists, the supervisor is gone, the deadline passed (the job is
     stopped: ``gave_up``) or this node's ranks succeeded and torchrun sat in its exit barrier for
-    ``barrier_grace`` s (stopped: ``barrier_abandoned``) -> (gave_up, barrier_abandoned)."""
+    ``barrier_grace`` s (stopped: ``barrier_abandoned``; 0: never) -> (gave_up, barrier_abandoned)."""
     result_file = os.path.join(job_dir, "result.json")
     log_file = os.path.join(job_dir, "torchrun.log")
     deadline = job["start"] + timeout + grace + 30 if timeout else None
@@ -85,7 +104,7 @@ def wait_for_end(job_id, job_dir, job, timeout, grace, barrier_grace, poll=0.5):
         # the other agents; an agent that failed never arrives (torch waits 300 s).
         if local_done is None and local_workers_succeeded(read_tail(log_file)):
             local_done = time.time()
-        if local_done and time.time() - local_done > barrier_grace:
+        if barrier_grace and local_done and time.time() - local_done > barrier_grace:
             stop_job(job_id, pgid=job.get("pgid"), grace=grace, job_dir=job_dir)
             return False, True
         time.sleep(poll)
@@ -105,7 +124,8 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
 
     Ended at once (checked every ``poll`` s) when the job ended on this node the way O(state=status)
     says ``done`` (result.json and the watcher is done), also when a stop of the watchers ended it;
-    the supervisor's liveness, the deadline and the exit barrier (as in ``wait_for_end``) are checked
+    the supervisor's liveness, the deadline and the exit barrier (as in ``wait_for_end``; ``barrier_grace``
+    0: never abandoned) are checked
     every ``check_every`` s (they scan /proc). (False, False, False): still running, poll again - also
     after BATCH s when ``news()`` says a streamed rank printed something (checked with the liveness).
     """
@@ -137,7 +157,7 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
                 return True, True, False
             # The node's ranks succeeded and torchrun waits in its exit barrier for the other agents;
             # the log's last write is when that began (no line is logged while it waits).
-            if ended is None and local_workers_succeeded(read_tail(log_file)):
+            if barrier_grace and ended is None and local_workers_succeeded(read_tail(log_file)):
                 try:
                     since = os.path.getmtime(log_file)
                 except OSError:
@@ -165,8 +185,8 @@ def follow(module, job_id, job_dir, job, result, host):
     grace = job.get("stop_grace", p["stop_grace"])
     offsets = p["stream_offsets"] or {}
     news = (lambda: stream_pending(job_dir, ranks, offsets)) if ranks else None
-    ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace, p["exit_barrier_grace"],
-                                             news=news)
+    ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace,
+                                             barrier_grace(p["exit_barrier_grace"], job_dir), news=news)
     if ranks:
         result["stream"], result["stream_offsets"] = stream_lines(job_dir, ranks, offsets, p["stream_tail"],
                                                                   final=ended)
@@ -182,7 +202,8 @@ def wait(module, job_id, job_dir, job, result, host):
     p = module.params
     timeout = p["timeout"] or job.get("timeout") or 0
     grace = job.get("stop_grace", p["stop_grace"])
-    gave_up, abandoned = wait_for_end(job_id, job_dir, job, timeout, grace, p["exit_barrier_grace"])
+    gave_up, abandoned = wait_for_end(job_id, job_dir, job, timeout, grace,
+                                      barrier_grace(p["exit_barrier_grace"], job_dir))
     finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
 
 
@@ -209,7 +230,7 @@ def finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeo
         module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
                              % (job_id, len(survivors), host, result["survivors"]), **result)
     failed, msg, warning = verdict(dict(job, job_id=job_id), host, job_dir, result, data, gave_up, abandoned,
-                                   timeout, p["exit_barrier_grace"])
+                                   timeout, barrier_grace(p["exit_barrier_grace"], job_dir))
     if warning:
         module.warn(warning)
     if failed:

@@ -13,7 +13,9 @@ step S (the error lands in torchrun's per-rank error.json through @record;
 --no-record leaves it to the rank's stderr, as most scripts do; --fail-assert
 TEXT raises AssertionError(TEXT)). --hang-others: the other ranks ignore
 SIGTERM and block after the all-reduce, as NCCL ranks in a collective with a
-dead peer do. --step-seconds N: a long job (N seconds per step).
+dead peer do. --step-seconds N: a long job (N seconds per step). --linger-rank R
+--linger-seconds S: rank R works S seconds more after the last collective (as a
+rank writing the final checkpoint while the others have exited).
 """
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ def parse_args(argv=None):
     parser.add_argument("--fail-assert", default="")
     parser.add_argument("--hang-others", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--linger-rank", type=int, default=-1)
+    parser.add_argument("--linger-seconds", type=float, default=0.0)
     parser.add_argument("--checkpoint-dir", default="")
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--echo-args", action="store_true",
@@ -112,6 +116,11 @@ def _run(args):
         _fail(args, rank, args.fail_step)
     dist.barrier()
     dist.destroy_process_group()
+    if args.linger_rank == rank and args.linger_seconds:
+        import time
+
+        print("smoke: rank=%d lingering %.0f s after the last collective" % (rank, args.linger_seconds), flush=True)
+        time.sleep(args.linger_seconds)
     print("smoke: rank=%d done" % rank, flush=True)
     return 0
 

@@ -94,17 +94,24 @@ def test_follow_until_times_out_while_the_job_runs_then_sees_its_end_within_a_po
         popen.wait(timeout=20)
 
 
-def test_follow_until_abandons_the_exit_barrier(tmp_path):
-    """The node's ranks succeeded (torchrun.log says so) and the log has been quiet for longer than
-    barrier_grace: the job is stopped and the node reports an abandoned barrier."""
+def _in_exit_barrier(tmp_path, prefix):
+    """A running job whose node's ranks succeeded (torchrun.log says so), the log quiet for 5 s ->
+    (job_dir, job_id, popen, job)."""
     job_dir = job_copy(tmp_path, "ok_1node")
     os.remove(os.path.join(job_dir, "result.json"))
-    job_id = "fbarrier-%d" % os.getpid()
+    job_id = "%s-%d" % (prefix, os.getpid())
     popen = _start_supervisor(job_dir, job_id, [sys.executable, "-c", "import time; time.sleep(60)"])
+    job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
+    log = os.path.join(job_dir, "torchrun.log")
+    os.utime(log, (time.time() - 5, time.time() - 5))
+    return job_dir, job_id, popen, job
+
+
+def test_follow_until_abandons_the_exit_barrier(tmp_path):
+    """The node's ranks succeeded and the log has been quiet for longer than barrier_grace: the job is
+    stopped and the node reports an abandoned barrier."""
+    job_dir, job_id, popen, job = _in_exit_barrier(tmp_path, "fbarrier")
     try:
-        job = {"job_id": job_id, "pid": popen.pid, "pgid": popen.pid, "start": time.time()}
-        log = os.path.join(job_dir, "torchrun.log")
-        os.utime(log, (time.time() - 5, time.time() - 5))
         assert wait_mod.follow_until(job_id, job_dir, job, 10, 0, 1, 2, poll=0.1, check_every=0.2) == \
             (True, False, True)
         popen.wait(timeout=20)
@@ -112,6 +119,35 @@ def test_follow_until_abandons_the_exit_barrier(tmp_path):
         if popen.poll() is None:
             os.killpg(popen.pid, 9)
     assert sup.find_job_processes(job_id) == []
+
+
+def test_follow_until_waits_in_the_exit_barrier_when_the_grace_is_zero(tmp_path):
+    """The node's ranks succeeded and the log has been quiet for 5 s, with barrier_grace 0 (watchers link
+    the nodes): the poll runs to its window's end and the job still runs - the other node may still work."""
+    job_dir, job_id, popen, job = _in_exit_barrier(tmp_path, "fwait")
+    try:
+        began = time.time()
+        assert wait_mod.follow_until(job_id, job_dir, job, 2, 0, 1, 0, poll=0.1, check_every=0.2) == \
+            (False, False, False)
+        assert time.time() - began >= 2
+        assert popen.poll() is None and sup.find_job_processes(job_id)
+    finally:
+        if popen.poll() is None:
+            os.killpg(popen.pid, 9)
+        popen.wait(timeout=20)
+
+
+@pytest.mark.parametrize("requested, nodes, expected", [
+    (None, ["node1", "node2"], 0),   # the hub links the nodes: wait for torchrun
+    (None, ["node1"], 30),           # a lone watcher cannot learn that another node failed
+    (None, None, 30),                # no watch.json
+    (45, ["node1", "node2"], 45),    # asked for
+    (0, ["node1"], 0),
+])
+def test_barrier_grace(tmp_path, requested, nodes, expected):
+    if nodes is not None:
+        (tmp_path / "watch.json").write_text(json.dumps({"node": nodes[0], "nodes": nodes}))
+    assert wait_mod.barrier_grace(requested, str(tmp_path)) == expected
 
 
 def test_follow_until_gives_up_after_the_deadline(tmp_path):
