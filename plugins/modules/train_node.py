@@ -129,6 +129,15 @@ options:
             wait for, one per node) and C(timeout) (seconds it lives at most, default 135); unset - none.
           - A listener that an earlier run left on the same port is stopped first.
         type: dict
+      shared:
+        description:
+          - Prove that C(path) (train_checkpoint_dir) is one directory every node sees, as the account, once the
+            directories are made - C(path), C(token) (the same on every node, new for each run), C(node) (this node),
+            C(nodes) (every node of the job), C(first) (the node whose file the others answer) and C(wait)
+            (seconds each side waits for the other's file, default 30). Every node of the job must run it at the
+            same time (one task). A node that does not see the other side's file within C(wait) is a problem; the
+            check's files are removed. Unset - no check.
+        type: dict
       node:
         description: The node's name, put before the message of a failure with O(access.fail_on_problems).
         type: str
@@ -337,6 +346,11 @@ listener:
   description: The listener started for O(access.listen) - C(pid), C(error); null without O(access.listen).
   returned: with O(access)
   type: dict
+shared:
+  description: Whether O(access.shared)'s directory was proven shared with every node; absent without O(access.shared)
+    or when a problem came before it.
+  returned: with O(access.shared)
+  type: bool
 python:
   description: O(probe.python) and whether it is an executable file.
   returned: with O(probe)

@@ -12,7 +12,8 @@ for the job -, the config files; ``_train.security.job_checks`` decides which, a
 code copy provides), a missing one refused before the account is created where preflight follows
 (``refuse_missing``: nothing is copied on a refusing run); then, only when nothing stands in the way, the
 listener of preflight's reachability check (first node; ``_train_listener``), the account's
-directories (``ensure_directory``: changed only when created or when owner or mode differ) and,
+directories (``ensure_directory``: changed only when created or when owner or mode differ), the proof
+that train_checkpoint_dir is shared by every node (``shared``: _train.shared, as the account) and,
 when preflight follows, its probe (``_train.preflight.probe_node``: the job's python, script, code,
 env files and the TCP connect to the listener) - a launch's whole security step and preflight
 probe in one round trip per node.
@@ -35,6 +36,7 @@ import sys
 import tempfile
 
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as _train_listener
+from ansible_collections.multinode.training.plugins.module_utils._train import shared as _train_shared
 from ansible_collections.multinode.training.plugins.module_utils._train.preflight import CONNECT_TIMEOUT, probe_node
 from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     SecurityError,
@@ -98,10 +100,11 @@ def code_manifest(job, probe):
     return list(code["manifest"]) if code.get("manifest") is not None else None
 
 
-def access_as(account, checks):
-    """Run os.access for every check in a child that switched to the account; [(ok, error)]."""
+def as_account(account, fn):
+    """``fn()`` (its result JSON) in a child that switched to the account -> that result, None when the
+    child gave none; in this process when it runs as the account already, or not as root."""
     if os.geteuid() == account["uid"] or os.geteuid() != 0:
-        return _probe(checks)
+        return fn()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - child
@@ -110,8 +113,7 @@ def access_as(account, checks):
             os.setgroups(account["groups"])
             os.setgid(account["gid"])
             os.setuid(account["uid"])
-            out = _probe(checks)
-            os.write(write_fd, json.dumps(out).encode())
+            os.write(write_fd, json.dumps(fn()).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
@@ -124,7 +126,13 @@ def access_as(account, checks):
     os.close(read_fd)
     os.waitpid(pid, 0)
     data = b"".join(chunks)
-    return json.loads(data) if data else [(False, "check failed") for _c in checks]
+    return json.loads(data) if data else None
+
+
+def access_as(account, checks):
+    """Run os.access for every check as the account -> [(ok, error)]."""
+    out = as_account(account, lambda: _probe(checks))
+    return out if out is not None else [(False, "check failed") for _c in checks]
 
 
 def lookup(user, group):
@@ -422,6 +430,32 @@ def ensure_directories(p, result, account, check_mode):
     return problems
 
 
+def unmake_directory(result, path):
+    """A refused run leaves nothing: the directory this call made at ``path`` is removed again while it
+    is empty, and the call's ``changed`` no longer counts it."""
+    made = [d for d in result["directories"] if d["path"] == path and d["changed"]]
+    if not made:
+        return
+    try:
+        os.rmdir(path)
+    except OSError:
+        return
+    result["directories"] = [d for d in result["directories"] if d not in made]
+    result["changed"] = result["account_created"] or any(d["changed"] for d in result["directories"])
+
+
+def prove_shared(shared, account):
+    """Step 4c, train_checkpoint_shared: the directory is one that every node sees (_train.shared), proven
+    as the account -> a problem line or None."""
+    def run():
+        return {"problem": _train_shared.prove(shared["path"], shared["token"], shared["node"], shared["nodes"],
+                                               shared["first"], float(shared.get("wait") or _train_shared.WAIT))}
+    out = as_account(account, run) if account else run()
+    if not isinstance(out, dict):
+        return "train_checkpoint_dir=\"%s\": the shared-storage check did not run on this node" % shared["path"]
+    return out.get("problem")
+
+
 def run_probe(probe, run_command):
     """Step 5, preflight's probe (read-only; its problems are compared across the nodes by the role)."""
     connect = None
@@ -459,6 +493,12 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
             return result
     if account:
         problems.extend(ensure_directories(p, result, account, check_mode))
+    if p.get("shared") and not problems and not check_mode:
+        problem = prove_shared(p["shared"], account)
+        result["shared"] = problem is None
+        if problem:
+            problems.append(problem)
+            unmake_directory(result, p["shared"]["path"])
     if p.get("probe") and not problems:
         result["probe"] = run_probe(p["probe"], run_command)
     return result
@@ -477,6 +517,7 @@ ARGUMENT_SPEC = dict(
     sshd_config=dict(type="path", default="/etc/ssh/sshd_config"),
     firewall=dict(type="str", default="auto"),
     listen=dict(type="dict"),
+    shared=dict(type="dict"),
     probe=dict(type="dict"),
     node=dict(type="str", default=""),
     fail_on_problems=dict(type="bool", default=False),

@@ -282,6 +282,14 @@ def _stream_ranks(variable, value, values, ctx):
     return []
 
 
+def _checkpoint_shared(variable, value, values, ctx):
+    """Shared storage is proven on train_checkpoint_dir: there must be one."""
+    if value is True and not str(values.get("train_checkpoint_dir") or "").strip():
+        return [Problem(variable, value, "there is no train_checkpoint_dir to prove shared",
+                        "false, or true with train_checkpoint_dir a directory on storage every node mounts")]
+    return []
+
+
 def _straggler_ratio(variable, value, values, ctx):
     """Over 1: a node this many times the median time per step is a straggler."""
     try:
@@ -406,6 +414,7 @@ RULES = {
     "train_venv_existing": [_existing_env("train_requirements", "train_requirements_file")],
     "train_data_paths": [_node_paths],
     "train_checkpoint_min_free": [_range(0, number=float)],
+    "train_checkpoint_shared": [_checkpoint_shared],
     "train_fabric_ratio": [_fabric_ratio],
     "train_fabric_min_gbps": [_range(0, number=float)],
     "train_fabric_seconds": [_range(0.1, 10, number=float)],
