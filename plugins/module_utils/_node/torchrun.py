@@ -269,8 +269,13 @@ def is_peer_error(message, exitcode=None):
     return bool(message and PEER_ERROR_RE.search(message))
 
 
-def rank_results(local_ranks, global_ranks, failures, rc):
-    """Per-rank outcome on this node: exit code and state (succeeded/failed/terminated/unknown)."""
+def rank_results(local_ranks, global_ranks, failures, rc, exited=None):
+    """Per-rank outcome on this node: exit code and state (succeeded/failed/terminated/unknown).
+
+    ``exited``: local rank -> the exit code its wrapper recorded (its latest attempt). A rank that torchrun
+    names no failure for succeeded when torchrun exited 0, and also when its own record says 0: it ended
+    before torchrun was stopped (a node that waited in the exit barrier for another that failed)."""
+    exited = exited or {}
     by_local = {f["local_rank"]: f for f in failures if f.get("local_rank") is not None}
     results = []
     for index, local in enumerate(local_ranks):
@@ -281,7 +286,7 @@ def rank_results(local_ranks, global_ranks, failures, rc):
         if failure:
             entry["exitcode"] = failure["exitcode"]
             entry["state"] = "terminated" if (failure["exitcode"] or 0) < 0 else "failed"
-        elif rc == 0:
+        elif rc == 0 or exited.get(local) == 0:
             entry["exitcode"], entry["state"] = 0, "succeeded"
         results.append(entry)
     return results

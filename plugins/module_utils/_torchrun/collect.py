@@ -26,6 +26,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
     open_regular,
     rank_dirs,
     read_bytes,
+    read_ranks,
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.agent_log import parse_agent_log, parse_error_file
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
@@ -79,6 +80,16 @@ def _time_of(entry, error_file):
 TAIL_LINES = 30
 
 
+def wrapper_exits(job_dir):
+    """Local rank -> the exit code the rank wrapper recorded for its latest attempt (where it recorded one)."""
+    latest = {}
+    for entry in read_ranks(job_dir):
+        local, restart = entry.get("local_rank"), entry.get("restart") or 0
+        if local is not None and (local not in latest or restart >= latest[local][0]):
+            latest[local] = (restart, entry.get("exitcode") if entry.get("state") in ("succeeded", "failed") else None)
+    return {local: code for local, (_restart, code) in latest.items() if code is not None}
+
+
 def collect(job_dir, job, result_data, tail_lines, host):
     """Everything the job left behind on one node (``host``) -> return values."""
     agent_log = read_text(os.path.join(job_dir, "torchrun.log"))
@@ -104,7 +115,7 @@ def collect(job_dir, job, result_data, tail_lines, host):
             failures.append(info)
     rendezvous = parsed["rendezvous"] or {}
     local_ranks = rendezvous.get("local_ranks") or sorted(dirs) or list(range(job.get("nproc_per_node", 0)))
-    ranks = rank_results(local_ranks, rendezvous.get("global_ranks") or [], failures, rc)
+    ranks = rank_results(local_ranks, rendezvous.get("global_ranks") or [], failures, rc, wrapper_exits(job_dir))
     for entry in ranks:
         directory = dirs.get(entry["local_rank"])
         entry["stdout"] = os.path.join(directory, "stdout.log") if directory else None

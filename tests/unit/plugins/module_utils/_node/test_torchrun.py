@@ -271,6 +271,9 @@ def test_rank_results():
     ok = tr.rank_results([0, 1], [0, 1], [], 0)
     assert [r["state"] for r in ok] == ["succeeded", "succeeded"]
     assert [r["state"] for r in tr.rank_results([0], [], [], None)] == ["unknown"]
+    # torchrun stopped (rc 1) after its ranks ended: a rank whose wrapper recorded exit 0 succeeded
+    stopped = tr.rank_results([0, 1], [0, 1], [], 1, {0: 0, 1: 3})
+    assert [(r["exitcode"], r["state"]) for r in stopped] == [(0, "succeeded"), (None, "unknown")]
 
 
 def test_tail():

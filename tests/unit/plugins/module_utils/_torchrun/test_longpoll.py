@@ -409,3 +409,16 @@ def test_stop_watcher_kills_only_this_jobs_watcher():
             if proc.poll() is None:
                 proc.kill()
             proc.wait()
+
+
+def test_wrapper_exits_reads_the_latest_attempt_of_each_local_rank(tmp_path):
+    exits = tmp_path / "exits"
+    exits.mkdir()
+    records = {"0_0": 1, "1_0": 0, "0_1": 0, "0_2": None}  # local 0: restart 1 succeeded; local 2 still runs
+    for name, code in records.items():
+        restart, local = (int(x) for x in name.split("_"))
+        (exits / (name + ".start")).write_text(json.dumps({"pid": 0, "rank": local, "local_rank": local,
+                                                           "restart": restart}))
+        if code is not None:
+            (exits / (name + ".exit")).write_text(json.dumps({"exitcode": code}))
+    assert col.wrapper_exits(str(tmp_path)) == {0: 0, 1: 0}
