@@ -3,7 +3,7 @@
 """Is train_checkpoint_dir one directory that every node sees (train_checkpoint_shared)? Proven, not assumed.
 
 Every node's access call (_train.access, step 4c) runs ``prove`` at the same time, as the job's account,
-once the directory is there. The first node (``writer``) writes ``.multinode-training-shared.<token>``
+once the directory is there. The first node (``first``) writes ``.multinode-training-shared.<token>``
 into it (the token: made on the controller for this run, so a file of another run never counts); every
 other node waits up to ``wait`` s for that file with that content, then answers with a file of its own
 (``<that name>.<node>``), which the first node must see in turn. The first node waits for every answer,

@@ -23,6 +23,7 @@ from ansible_collections.multinode.training.plugins.module_utils._report import 
 from ansible_collections.multinode.training.plugins.module_utils._report.steps import pattern_problem as steps_pattern_problem
 from ansible_collections.multinode.training.plugins.module_utils._validate.engine import (
     Problem,
+    as_bool,
     check_env_mapping,
     check_pattern,
     check_range,
@@ -284,7 +285,7 @@ def _stream_ranks(variable, value, values, ctx):
 
 def _checkpoint_shared(variable, value, values, ctx):
     """Shared storage is proven on train_checkpoint_dir: there must be one."""
-    if value is True and not str(values.get("train_checkpoint_dir") or "").strip():
+    if as_bool(value) and not str(values.get("train_checkpoint_dir") or "").strip():
         return [Problem(variable, value, "there is no train_checkpoint_dir to prove shared",
                         "false, or true with train_checkpoint_dir a directory on storage every node mounts")]
     return []
