@@ -1,13 +1,14 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Filters: the root cause of a failed job across its nodes (train_root_cause.yml), the play's report of a
-finished job (train_report.yml) and whether a launch ended the usual way (train_all_home.yml); the logic is
+finished job (train_report.yml), whether a launch ended the usual way (train_all_home.yml) and the nodes an
+elastic job finished without (train_elastic_lost.yml); the logic is
 plugins/module_utils/_node/torchrun.py."""
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import all_home, cross_node_root_cause, job_report
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import all_home, cross_node_root_cause, elastic_lost, job_report
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import LOST_AFTER
 
 
@@ -42,8 +43,20 @@ def train_all_home(results, hosts, failed_nodes=None):
     return all_home(results, hosts, failed_nodes or [])
 
 
+def train_elastic_lost(results, hosts, failed_nodes=None):
+    """{node: torchrun result} + the play's hosts + the failed nodes -> the failed nodes an elastic job
+    finished without ([] when that is not what happened)."""
+    if not isinstance(results, dict) or not isinstance(hosts, (list, tuple)) or \
+            not isinstance(failed_nodes or [], (list, tuple)):
+        raise AnsibleFilterError("train_elastic_lost expects {node: result}, a list of hosts and a list of failed "
+                                 "nodes, got %s, %s and %s" % (type(results).__name__, type(hosts).__name__,
+                                                               type(failed_nodes).__name__))
+    return elastic_lost(results, list(hosts), list(failed_nodes or []))
+
+
 class FilterModule:
     """multinode.training job report filter."""
 
     def filters(self):
-        return {"train_root_cause": train_root_cause, "train_report": train_report, "train_all_home": train_all_home}
+        return {"train_root_cause": train_root_cause, "train_report": train_report, "train_all_home": train_all_home,
+                "train_elastic_lost": train_elastic_lost}

@@ -103,6 +103,23 @@ options:
     description: How often torchrun restarts the worker group after a failure.
     type: int
     default: 0
+  max_no_progress_restarts:
+    description:
+      - A crash loop. With O(max_restarts) > 0, the job is stopped on every node, naming why, once this many
+        attempts in a row made no progress - no step line past every earlier attempt's (O(step_pattern)), no new
+        file in the checkpoint directory (C(MULTINODE_TRAINING_CHECKPOINT_DIR) in O(env)). V(0) - never.
+    type: int
+    default: 3
+  hang_timeout:
+    description:
+      - A hang. Each rank's sampler reads torch's flight recorder (C(TORCH_FR_BUFFER_SIZE=2000) in the job's
+        environment unless O(env) sets it) and, while it stands still, the script's stack. When for this many
+        seconds no rank's collectives change while some ranks wait in a collective that others did not enter,
+        the job is stopped on every node, naming those ranks, their node, the collective and their stack line
+        (C(hang.json) in the first node's job directory keeps every rank's). V(0) - never.
+      - Ranks that all wait in the same collective (a network fault) are left to the backend's own timeout.
+    type: int
+    default: 300
   local_addr:
     description: Address of this node that the rendezvous advertises (C(--local_addr)).
     type: str
@@ -200,7 +217,8 @@ options:
       - With O(follow), the progress lines add each node's latest step and loss and the slowest node so far
         (its CPU plus run-queue wait per step against the median, from the job report's samples); this is the
         regular expression (named group C(step), optionally C(loss)) that finds the step lines. Empty - the job
-        report's built-in patterns (the bundled smoke job, DeepSpeed, the Hugging Face Trainer). The node ignores it.
+        report's built-in patterns (the bundled smoke job, DeepSpeed, the Hugging Face Trainer). The node's watcher
+        also reads it (O(max_no_progress_restarts)).
     type: str
     default: ""
   straggler_ratio:

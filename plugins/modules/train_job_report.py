@@ -47,6 +47,13 @@ options:
     description: The report's path; empty - C(<run_dir>/report.html).
     type: path
     default: ""
+  elastic_lost:
+    description:
+      - Nodes an elastic job (C(--nnodes MIN:MAX)) finished without (filter
+        P(multinode.training.train_elastic_lost#filter)); a warning names them.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: none

@@ -7,7 +7,11 @@ Every ``INTERVAL`` seconds it appends one JSON line to ``<job dir>/samples/<rest
 the rank's CPU seconds and RSS from ``/proc/<pid>/stat`` and ``status``, its run-queue wait (``schedstat``:
 time it was runnable but not running, throttling by a CPU limit included), the sampler thread's own CPU
 seconds (its cost, reported by the job report), and on local rank 0 of a node with ``nvidia-smi`` the
-GPUs' utilization and memory and the compute apps' memory by pid. The rank's ``sys.stdout`` and
+GPUs' utilization and memory and the compute apps' memory by pid; once the script's process group runs,
+the last enqueued and completed collective per process group (``fr``, the flight recorder's status), and
+while that stands still, the main thread's innermost frames (``stack``) and the name of the collective
+the rank waits in (``op``, from the recorder's entries: ``TORCH_FR_BUFFER_SIZE``, which the torchrun
+module sets): what the node's watcher names in a hang. The rank's ``sys.stdout`` and
 ``sys.stderr`` pass through a tee that time-stamps the lines that could be step lines (``CANDIDATE``:
 they name a step, a loss or an iteration; at most 4 a second, the last one always); which of them are steps is decided on the controller
 (_report.steps, ``train_step_pattern``), so the training script is not changed and no pattern ships.
@@ -16,11 +20,15 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 import subprocess
+import sys
+import sysconfig
 import threading
 import time
+import traceback
 
 INTERVAL = 2.0
 # At most one candidate line per stream in this many seconds (Tee).
@@ -85,6 +93,66 @@ def gpu_sample(smi):
     return {"gpus": parse_csv(gpus), "apps": parse_csv(apps)}
 
 
+def fr_status(modules=None):
+    """This process's flight recorder -> {process group id: [last enqueued, last completed collective]}, or
+    None before the script's process group ran a collective (or without torch, or a torch without it).
+    Reads the status only (``includeCollectives=False``: a few hundred bytes, 0.02 to 0.06 ms measured with
+    torch 2.13; kept by the process groups with or without ``TORCH_FR_BUFFER_SIZE``)."""
+    modules = sys.modules if modules is None else modules
+    dist, c10d = modules.get("torch.distributed"), modules.get("torch._C._distributed_c10d")
+    if dist is None or c10d is None:
+        return None
+    try:
+        if not dist.is_initialized():
+            return None
+        data = pickle.loads(c10d._dump_fr_trace(includeCollectives=False))  # this process's own bytes
+    except Exception:  # noqa: B902 - no recorder (TORCH_FR_BUFFER_SIZE unset), an older torch: no status
+        return None
+    status = {}
+    for pg, entry in (data.get("pg_status") or {}).items():
+        status[str(pg)] = [int(entry.get("last_enqueued_collective", -1)),
+                           int(entry.get("last_completed_collective", -1))]
+    return status or None
+
+
+def fr_op(pg, seq, modules=None):
+    """The name of collective ``seq`` of process group ``pg`` (``gloo:all_reduce``, ``nccl:all_reduce``) from
+    one dump of the flight recorder's entries without stacks (``TORCH_FR_BUFFER_SIZE`` > 0), or None."""
+    modules = sys.modules if modules is None else modules
+    c10d = modules.get("torch._C._distributed_c10d")
+    try:
+        data = pickle.loads(c10d._dump_fr_trace(includeStackTraces=False))
+    except Exception:  # noqa: B902 - as fr_status
+        return None
+    for entry in reversed(data.get("entries") or []):
+        if str(entry.get("pg_id")) == str(pg) and entry.get("collective_seq_id") == seq:
+            return entry.get("profiling_name")
+    return None
+
+
+# Where the standard library and installed packages live: a frame there is not the job's own code.
+LIBRARY_DIRS = tuple(sorted(set(
+    os.path.join(path, "") for key, path in sysconfig.get_paths().items()
+    if key in ("stdlib", "platstdlib", "purelib", "platlib") and path)))
+
+
+def thread_stack(ident, limit=6):
+    """Thread ``ident``'s innermost ``limit`` frames as ``file:line in function: code`` (innermost last), and
+    the innermost of them in the job's own code (not the standard library's, not an installed package's):
+    ``(frames, where)``; where is '' when every frame is a library's."""
+    frame = sys._current_frames().get(ident)
+    if frame is None:
+        return [], ""
+    frames, where = [], ""
+    for f in traceback.extract_stack(frame)[-limit:]:
+        text = "%s:%s in %s: %s" % (os.path.basename(f.filename), f.lineno, f.name, (f.line or "").strip())
+        frames.append(text)
+        if not f.filename.startswith(LIBRARY_DIRS) and f.filename != __file__ and \
+                os.path.basename(f.filename) != "mt_rank.py":  # not this file, not the rank wrapper
+            where = text
+    return frames, where
+
+
 class Tee:
     """A text stream that passes everything through and hands complete candidate lines to ``record``: at
     most one per ``gap`` seconds (a job printing a step every few milliseconds would otherwise write
@@ -139,6 +207,10 @@ class Sampler:
         self._self_cpu = 0.0
         self.tees = []
         self._handle = open(path, "a")
+        # the script's thread (the sampler is started from it), the flight recorder's last status and the
+        # collective whose name was looked up, with that name
+        self.main_ident = threading.get_ident()
+        self._fr, self._op_for = None, None
 
     def record(self, data):
         with self._lock:
@@ -146,7 +218,7 @@ class Sampler:
                 self._handle.write(json.dumps(data, sort_keys=True) + "\n")
                 self._handle.flush()
 
-    def sample(self):
+    def sample(self, final=False):
         try:
             data = proc_sample(self.pid, self.proc)
         except (OSError, ValueError, IndexError):
@@ -154,7 +226,25 @@ class Sampler:
         data.update({"t": round(time.time(), 3), "kind": "proc", "self_cpu": round(self._self_cpu, 4)})
         if self.smi:
             data.update(gpu_sample(self.smi))
+        data.update(self.collectives(final))
         self.record(data)
+
+    def collectives(self, final=False):
+        """The flight recorder's status; while it stands still since the last sample, the script's stack
+        and, once per collective, the name of the one this rank waits in (enqueued, not completed)."""
+        status = fr_status()
+        if status is None:
+            return {}
+        out = {"fr": status}
+        if status == self._fr and final is False:
+            out["stack"], out["where"] = thread_stack(self.main_ident)
+            waiting = sorted((pg, enq) for pg, (enq, done) in status.items() if enq > done)
+            if waiting and (self._op_for or [None])[0] != waiting[-1]:
+                self._op_for = (waiting[-1], fr_op(*waiting[-1]))
+            if waiting and self._op_for[1]:
+                out["op"] = {"pg": waiting[-1][0], "seq": waiting[-1][1], "name": self._op_for[1]}
+        self._fr = status
+        return out
 
     def _loop(self):
         while not self._done.wait(self.interval):
@@ -171,7 +261,7 @@ class Sampler:
         self._done.set()
         for tee in self.tees:
             tee.flush_skipped()
-        self.sample()
+        self.sample(final=True)  # from the script's thread: no stack of its own
         with self._lock:
             self._handle.close()
 

@@ -358,6 +358,42 @@ def all_home(results, hosts, failed_nodes=()):
     return all(isinstance(results.get(host), dict) and results[host].get("collected") is True for host in hosts)
 
 
+def _nnodes_of(result):
+    """The ``--nnodes`` a node's torchrun ran with (its result's ``cmd``) -> (min, max), or None."""
+    cmd = result.get("cmd") or []
+    if "--nnodes" not in cmd or cmd.index("--nnodes") + 1 >= len(cmd):
+        return None
+    try:
+        return parse_nnodes(cmd[cmd.index("--nnodes") + 1])
+    except TorchrunError:
+        return None
+
+
+def elastic_lost(results, hosts, failed_nodes=()):
+    """The failed nodes an elastic job finished without -> their list ([] when that is not what happened).
+
+    An elastic job (torchrun ``--nnodes MIN:MAX``, MIN < MAX) goes on when a node is lost: the others'
+    torchrun re-rendezvous and finish. Then the lost node is not the job's failure (the play ends rc 0 and
+    names it lost). All of it read from the nodes' own results, never from the play's variables:
+    every failed node is named lost by the watcher of some other node; every other node's torchrun ran
+    elastic and ended rc 0 (not failed, not timed out, not stopped); and they are at least MIN. Anything
+    else (a failed rank anywhere, a node failed but not lost, too few left) -> []."""
+    results = results or {}
+    failed = [host for host in hosts if host in (failed_nodes or [])]
+    rest = [host for host in hosts if host not in failed]
+    if not failed or not rest:
+        return []
+    named = set()
+    for host in rest:
+        result = results.get(host) or {}
+        span = _nnodes_of(result)
+        if result.get("failed") or result.get("timed_out") or result.get("rc") != 0 \
+                or span is None or span[0] == span[1] or len(rest) < span[0]:
+            return []
+        named.update(result.get("lost") or [])
+    return failed if all(host in named for host in failed) else []
+
+
 def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
                lost_timeout=10, nnodes=""):
     """The play's report of a finished job (roles/train/tasks/report.yml) from every node's result of
@@ -400,7 +436,8 @@ def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", end
         lines.append("%s: rc %s, ranks %s, %s s%s%s" % (
             host, "none" if result.get("rc") is None else result["rc"], listed,
             "?" if result.get("duration") is None else result["duration"],
-            ", timed out" if result.get("timed_out") else "", ", FAILED" if host in failed_nodes else ""))
+            ", timed out" if result.get("timed_out") else "",
+            ", FAILED" if host in failed_nodes else ", lost" if host in lost else ""))
         for rank in ranks:
             first_hand = host == first_failure.get("node") and rank.get("local_rank") == first_failure.get("local_rank")
             if rank.get("state") != "succeeded" and not first_hand:

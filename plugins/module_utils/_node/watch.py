@@ -6,7 +6,7 @@ Standard library only: the torchrun module writes this file's source into the jo
 (``mt_watch.py``) and starts it on every node next to the supervisor, as the job's account; it
 runs with the job's python after the module's own files are gone. The top half is pure decision
 logic (unit-tested in tests/unit/plugins/module_utils/_node/test_watch.py); ``main`` acts.
-It stays one file of about 900 lines, in numbered sections, because the module ships it as one
+It stays one file of about 1,250 lines, in numbered sections, because the module ships it as one
 source (``inspect.getsource``) that must run alone, with no sibling to import, in the job directory.
 
 How the nodes watch each other (docs/design.md, "The watcher: failures and the lease"):
@@ -27,6 +27,15 @@ How the nodes watch each other (docs/design.md, "The watcher: failures and the l
   or makes the remaining nodes restart their ranks (elastic: torchrun re-rendezvouses without
   it). A node that cannot reach the hub for ``lost`` seconds stops its job: c10d cannot survive
   the loss of the store host.
+- A job that may restart (torchrun's max_restarts > 0) and crash-loops is stopped: each node counts
+  its worker groups and reads its ranks' new output for step lines (and the checkpoint directory's
+  changes); the hub judges each attempt once every node started the next, and after ``no_progress``
+  attempts in a row without a step past the earlier ones, a new step-less step line or a new
+  checkpoint, it stops the job everywhere, naming the last attempt's failure.
+- ``hang`` > 0: each node reads its ranks' latest samples (the sampler's flight-recorder status, and while
+  it stands still the script's stack) and sends them to the hub; when no rank's status changed for
+  ``hang`` seconds while some ranks wait in a collective others did not enter, the hub stops the job,
+  naming those ranks, their node, the collective and their stack line (``hang.json`` keeps them all).
 - ``lease`` > 0: the controller renews ``<job dir>/lease`` while it waits; a node whose lease is
   older than ``lease`` seconds stops the job (the controller is gone). 0: detached, the
   supervisors own the job until it ends or ``timeout``.
@@ -55,6 +64,17 @@ TERMINAL = ("succeeded", "failed", "stopped")
 HEARTBEAT = 0.5
 LOST_AFTER = 10
 FAIL_GRACE = 5
+# A crash loop (no_progress): the attempts in a row without progress after which a job that may restart is
+# stopped instead (NVIDIA's NVRx stops after 3 restarts without progress), and the most of a rank log's new
+# output read at once for its step lines.
+NO_PROGRESS_RESTARTS = 3
+SCAN_BYTES = 4 << 20
+# Seconds between two reads of the ranks' new output for step lines (a job that may restart), and of their
+# latest samples for a hang (the sampler's interval).
+PROGRESS_EVERY = 2.0
+# A hang: seconds without a change of any rank's collectives while some ranks wait in one that others did
+# not enter (half NCCL's default watchdog timeout of 10 minutes: named before the backend gives up).
+HANG_TIMEOUT = 300
 # Links open_dir follows on one path before it gives up (the kernel's own limit, ELOOP).
 MAX_LINKS = 40
 # Errors a rank raises because a peer died (the same list as _node.torchrun.PEER_ERROR_RE; this file is
@@ -173,11 +193,121 @@ def local_failure(ranks, restartable, torchrun_rc):
     return None
 
 
-def stop_decision(current, failures, lost, elastic, lease_gone, hub_lost=None):
+def scan_steps(texts, patterns):
+    """The ranks' output of one attempt (``texts``) -> (the highest step number a step line shows or None,
+    the count of lines matched by a pattern without a ``step`` group: the Hugging Face Trainer's log dict).
+    ``patterns``: compiled, as _report.steps (train_step_pattern, or the built-in ones)."""
+    best, lines = None, 0
+    for text in texts:
+        for regex in patterns:
+            numbered = "step" in regex.groupindex
+            for found in regex.finditer(text):
+                if not numbered:
+                    lines += 1
+                    continue
+                try:
+                    step = int(found.group("step"))
+                except (TypeError, ValueError):
+                    continue
+                best = step if best is None else max(best, step)
+    return best, lines
+
+
+def merged_progress(progress):
+    """node -> its progress so far ([highest step or None, step-less step lines, checkpoint changes]:
+    ``Watcher.read_progress``) -> the job's: [the highest step, the lines and the changes of all nodes]."""
+    parts = [part for part in (progress or {}).values() if part]
+    steps = [part[0] for part in parts if part[0] is not None]
+    return [max(steps) if steps else None, sum(int(part[1] or 0) for part in parts),
+            sum(int(part[2] or 0) for part in parts)]
+
+
+def progress_moved(before, now):
+    """The job's progress (``merged_progress``) at the start of an attempt and at its end -> whether the
+    attempt made progress: a step past every one before, a new step-less step line (the Hugging Face
+    Trainer's log dict), or a new checkpoint."""
+    step0, lines0, changes0 = before
+    step1, lines1, changes1 = now
+    return (step1 is not None and (step0 is None or step1 > step0)) or lines1 > lines0 or changes1 > changes0
+
+
+def crash_loop(loop, generation, progress, limit, failure=None):
+    """The hub's look at a job that may restart -> (its record, the stop or None).
+
+    ``loop``: the record so far ({} at first); ``generation``: the worker groups started so far on every
+    node (the lowest count a node reports: torchrun restarts every node's ranks, a membership change too);
+    ``progress``: ``merged_progress`` now; ``failure``: the latest failed rank (its ``.exit`` record),
+    named in the stop. Each time a new worker group starts, the attempt that ended is judged against the
+    progress when it started; ``run`` counts the attempts in a row without progress, and at ``limit``
+    (> 0) the job stops instead of restarting again. The first attempt is judged against nothing: a job
+    that fails before its first step line or checkpoint made no progress."""
+    loop = dict(loop or {"generation": 1, "mark": [None, 0, 0], "run": 0})
+    if generation <= loop["generation"]:
+        return loop, None
+    moved = progress_moved(loop["mark"], progress)
+    loop.update(generation=generation, mark=list(progress), run=0 if moved else loop["run"] + 1)
+    if not limit or loop["run"] < limit:
+        return loop, None
+    return loop, {"reason": "no_progress", "attempts": loop["run"], "step": progress[0], "failure": failure,
+                  "time": time.time()}
+
+
+def rank_span(ranks):
+    """Global ranks -> a short text: ``0-2, 5``."""
+    numbers = sorted(set(r for r in ranks if isinstance(r, int)))
+    spans, start = [], None
+    for index, rank in enumerate(numbers):
+        if start is None:
+            start = rank
+        if index + 1 == len(numbers) or numbers[index + 1] != rank + 1:
+            spans.append(str(start) if start == rank else "%d-%d" % (start, rank))
+            start = None
+    return ", ".join(spans) or "none"
+
+
+def hang_check(record, ranks, now, timeout):
+    """The hub's look for a hang -> (its record, the stop or None).
+
+    ``ranks``: every rank of the job as its node last reported it (``Watcher.read_collectives``: node, rank,
+    ``fr`` {process group: [last enqueued, last completed collective]} from its flight recorder, and while
+    that stands still the script's frame ``where``, its ``stack`` and the collective it waits in ``op``).
+    A hang: for ``timeout`` seconds (> 0) not one rank's status changed, and some ranks of a process group
+    enqueued a collective that others did not: those others are named, with where they are. Every rank
+    must report a status (its process group runs), else nothing is judged. Ranks that all entered the same
+    collective (a network fault) are left to the backend's own timeout."""
+    if not timeout or not ranks or any(not r.get("fr") for r in ranks):
+        return {"key": None, "since": now}, None
+    key = json.dumps(sorted([r.get("node"), r.get("rank"), pg, list(v)] for r in ranks
+                            for pg, v in r["fr"].items()))
+    record = dict(record or {})
+    if key != record.get("key"):
+        return {"key": key, "since": now}, None
+    waited = now - record["since"]
+    if waited < timeout:
+        return record, None
+    for pg in sorted(set(pg for r in ranks for pg in r["fr"])):
+        members = [r for r in ranks if pg in r["fr"]]
+        pending = max(r["fr"][pg][0] for r in members)
+        missing = [r for r in members if r["fr"][pg][0] < pending]
+        if not missing:
+            continue
+        entered = [r for r in members if r["fr"][pg][0] >= pending]
+        ops = [r["op"].get("name") for r in entered if isinstance(r.get("op"), dict)
+               and str(r["op"].get("pg")) == pg and r["op"].get("seq") == pending and r["op"].get("name")]
+        keep = ("node", "rank", "where", "stack", "fr", "age")
+        return record, {"reason": "hang", "pg": pg, "seq": pending, "op": ops[0] if ops else "collective",
+                        "waited": int(waited), "time": now,
+                        "missing": [{k: r.get(k) for k in keep} for r in missing],
+                        "entered": [{k: r.get(k) for k in keep} for r in entered]}
+    return record, None
+
+
+def stop_decision(current, failures, lost, elastic, lease_gone, hub_lost=None, stalled=None):
     """Why the job must stop everywhere now (a dict), or None. ``current`` is kept once set.
 
-    Order: a failure (the first by time), a lost node of a non-elastic job, the rendezvous host
-    lost (seen from another node), the controller's lease."""
+    Order: a failure (the first by time), a lost node of a non-elastic job, a crash loop
+    (``stalled``: ``no_progress``), the rendezvous host lost (seen from another node), the
+    controller's lease."""
     if current:
         return current
     first = first_failure(failures)
@@ -185,6 +315,8 @@ def stop_decision(current, failures, lost, elastic, lease_gone, hub_lost=None):
         return {"reason": "failure", "failure": first, "time": first.get("time")}
     if lost and not elastic:
         return {"reason": "lost", "nodes": sorted(lost)}
+    if stalled:
+        return stalled
     if hub_lost:
         return {"reason": "hub_lost", "nodes": [hub_lost]}
     if lease_gone:
@@ -217,6 +349,29 @@ def describe_stop(stop, lost_after=None, lease=None):
         f = stop.get("failure")
         if f:
             line += "; first error elsewhere: rank %s on %s: %s" % (f.get("rank"), f.get("node"), f.get("message"))
+        return line
+    if reason == "hang":
+        missing = stop.get("missing") or []
+        first = missing[0] if missing else {}
+        if first.get("where"):
+            where = "its stack: %s" % first["where"]
+        elif first.get("stack"):
+            where = "its stack: %s" % first["stack"][-1]
+        else:
+            where = "no stack (no sample from it for %ss: stopped, or holding the GIL)" % first.get("age", "?")
+        return "hang: %s on %s did not enter %s #%s that rank%s %s %s waited in for %ss; %s" % (
+            "rank %s" % first.get("rank") if len(missing) == 1 else "ranks %s" % rank_span(
+                [r.get("rank") for r in missing]),
+            ", ".join(sorted(set(str(r.get("node")) for r in missing))), stop.get("op"), stop.get("seq"),
+            "" if len(stop.get("entered") or []) == 1 else "s", rank_span([r.get("rank") for r in stop.get("entered") or []]),
+            "has" if len(stop.get("entered") or []) == 1 else "have", stop.get("waited"), where)
+    if reason == "no_progress":
+        line = "no progress in %s attempt(s) in a row (%s, no new checkpoint): stopped instead of restarting again" % (
+            stop.get("attempts"), "no step line" if stop.get("step") is None else "no step past %s" % stop["step"])
+        f = stop.get("failure")
+        if f:
+            line += "; the last attempt ended with rank %s on %s: %s" % (
+                f.get("rank"), f.get("node"), f.get("message") or exit_message(f.get("exitcode"), f.get("signal")))
         return line
     if reason == "hub_lost":
         return "rendezvous host %s lost (no answer for %ss); c10d cannot continue without it" % (
@@ -418,6 +573,26 @@ def read_ranks(job_dir, node=None):
     return ranks
 
 
+def newest_mtime(path, most=10000):
+    """The newest mtime of the directory ``path`` and of the entries in it (links not followed; at most
+    ``most`` entries): a checkpoint written there moves it. 0 where it cannot be read."""
+    if not path:
+        return 0
+    try:
+        newest = os.stat(path).st_mtime
+        with os.scandir(path) as entries:
+            for count, entry in enumerate(entries):
+                if count >= most:
+                    break
+                try:
+                    newest = max(newest, entry.stat(follow_symlinks=False).st_mtime)
+                except OSError:
+                    pass
+    except OSError:
+        return 0
+    return newest
+
+
 def caused_by_stop(failure, stop):
     """A rank failure this node saw only after the job's stop reached it (its ranks were stopped by
     that stop: SIGTERM, SIGKILL) is a consequence, not a cause: a stop by the lease or a lost node
@@ -545,6 +720,44 @@ def live_samples(job_dir, size=16384, keep=4):
             "step_lines": [text for t, text in texts if at is not None and t <= at][-keep:],
             "lines": [text for _t, text in texts][-keep:], "ranks": len(attempts[max(attempts)]),
             "attempt": max(attempts)}
+
+
+def read_collectives(job_dir, ranks, node, now, size=16384):
+    """This node's ranks as a hang is judged (``hang_check``): from each local rank's latest sample of the latest
+    attempt (``samples/<restart>_<local rank>.jsonl``), its flight-recorder status ``fr`` and, where the
+    sampler added them, ``where``, ``stack`` and ``op``; ``rank`` from the rank wrapper's start records,
+    ``age`` the sample's age in seconds. [] before the first sample."""
+    try:
+        names = os.listdir(os.path.join(job_dir, "samples"))
+    except OSError:
+        return []
+    latest = {}
+    for name in names:
+        parts = name[:-len(".jsonl")].split("_") if name.endswith(".jsonl") else []
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            attempt, local = int(parts[0]), int(parts[1])
+            if local not in latest or latest[local][0] < attempt:
+                latest[local] = (attempt, name)
+    global_rank = {}
+    for entry in ranks:
+        global_rank[(entry.get("restart") or 0, entry.get("local_rank"))] = entry.get("rank")
+    out = []
+    for local, (attempt, name) in sorted(latest.items()):
+        sample = None
+        for line in reversed(read_tail(os.path.join(job_dir, "samples", name), size).splitlines()):
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("kind") == "proc":
+                sample = record
+                break
+        if sample is None:
+            continue
+        out.append({"node": node, "rank": global_rank.get((attempt, local)), "local_rank": local,
+                    "fr": sample.get("fr"), "where": sample.get("where"), "stack": sample.get("stack"),
+                    "op": sample.get("op"), "age": int(max(0, now - float(sample.get("t") or now)))})
+    return out
 
 
 def _value_at(points, at):
@@ -735,12 +948,47 @@ class Hub(object):
             self.last_seen[node] = time.time()
             changed = self.states.get(node) != msg.get("state")
             self.states[node] = msg.get("state")
+            if msg.get("collectives") is not None:
+                self.node_collectives[node] = msg["collectives"]
+            if msg.get("progress") is not None:
+                self.node_progress[node], self.node_generation[node] = msg["progress"], msg.get("generation") or 0
+                self.node_failure[node] = msg.get("last_failure")
             failure = msg.get("failure")
             if failure and not any(f.get("node") == node for f in self.failures):
                 self.failures.append(failure)
                 changed = True
         if changed:
             self.poke()
+
+    def judge_attempts(self):
+        """A crash loop (under the lock): the nodes' worker groups and progress, this node's included,
+        judged at each new worker group (``crash_loop``) -> the stop, or None."""
+        self.node_progress[self.node], self.node_generation[self.node] = self.progress, self.generation
+        self.node_failure[self.node] = self.last_failure
+        kept = [node for node in self.nodes if node not in self.lost]
+        failures = [self.node_failure.get(node) for node in kept if self.node_failure.get(node)]
+        # judged once every node started the new group (and read its last group's output)
+        generation = min([self.node_generation.get(node) or 0 for node in kept] or [0])
+        self.loop, stalled = crash_loop(self.loop, generation,
+                                        merged_progress({node: self.node_progress.get(node) for node in kept}),
+                                        self.no_progress, max(failures, key=lambda f: f.get("time") or 0)
+                                        if failures else None)
+        return stalled
+
+    def judge_hang(self, now):
+        """A hang (under the lock): every rank's flight-recorder status, this node's included, once every
+        node still in the job reported its ranks (``hang_check``) -> the stop, or None. Its record, every
+        rank's status and stack, is kept in the job directory (``hang.json``)."""
+        self.node_collectives[self.node] = self.collectives
+        kept = [node for node in self.nodes if node not in self.lost]
+        if any(not self.node_collectives.get(node) for node in kept):
+            self.hang = {}
+            return None
+        ranks = [rank for node in kept for rank in self.node_collectives[node]]
+        self.hang, hung = hang_check(self.hang, ranks, now, self.hang_timeout)
+        if hung:
+            _write_json(os.path.join(self.job_dir, "hang.json"), dict(hung, ranks=ranks))
+        return hung
 
     def serve(self, port):
         server = socket.socket(socket.AF_INET6 if ":" in self.conf.get("bind", "") else socket.AF_INET)
@@ -769,7 +1017,9 @@ class Hub(object):
                         for other in self.nodes:
                             if other not in self.lost:
                                 self.restart_requested[other] = node
-            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone())
+            stalled = (self.judge_attempts() if self.no_progress else None) or \
+                (self.judge_hang(now) if self.hang_timeout else None)
+            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone(), stalled=stalled)
             refined = refine_stop(self.stop, self.lost)
             if self.stop and refined is not self.stop:
                 self.stop = refined
@@ -804,6 +1054,21 @@ class Watcher(Hub):
         self.grace = float(conf.get("fail_grace", FAIL_GRACE))
         self.restartable = bool(conf.get("restartable"))
         self.elastic = bool(conf.get("elastic"))
+        # A crash loop (no_progress): this node's worker groups and progress so far (read_progress), and
+        # at the hub every node's, judged at each new worker group (crash_loop).
+        self.no_progress = int(conf.get("no_progress") or 0) if self.restartable else 0
+        self.patterns = [re.compile(text, re.M) for text in conf.get("step_patterns") or []]
+        self.checkpoint_dir = conf.get("checkpoint_dir") or ""
+        self.generation, self.gen_pids, self.seen_pids = 0, set(), set()
+        self.progress = [None, 0, 0]
+        self.log_offsets, self.progress_read = {}, 0.0
+        self.checkpoint_mtime = newest_mtime(self.checkpoint_dir) if self.no_progress else 0
+        self.last_failure = None
+        self.node_progress, self.node_generation, self.node_failure, self.loop = {}, {}, {}, {}
+        # A hang (hang): the ranks' flight-recorder status from their samples (read_collectives), and at the
+        # hub every node's, judged by hang_check.
+        self.hang_timeout = float(conf.get("hang") or 0)
+        self.collectives, self.collectives_read, self.node_collectives, self.hang = [], 0.0, {}, {}
         self.interval = float(conf.get("interval", HEARTBEAT))
         self.started = time.time()
         self.lock = threading.Lock()
@@ -874,9 +1139,54 @@ class Watcher(Hub):
             state = "succeeded" if rc == 0 else ("stopped" if self.stop else "failed")
         else:
             state = "stopping" if self.stop else "running"
+        if self.no_progress:
+            self.read_progress(ranks)
+        if self.hang_timeout and time.time() - self.collectives_read >= PROGRESS_EVERY:
+            self.collectives_read = time.time()
+            self.collectives = read_collectives(self.job_dir, ranks, self.node, self.collectives_read)
         return {"node": self.node, "state": state, "failure": failure,
                 "running": sum(1 for r in ranks if r["state"] == "running"),
                 "restarts": max([r.get("restart", 0) or 0 for r in ranks] or [0]), "ranks": ranks}
+
+    def read_progress(self, ranks):
+        """A crash loop's evidence on this node: the worker groups started here (a new group: ranks with pids
+        not seen before, once the last group's are gone - torchrun restarts every node's ranks, and only
+        the node that failed counts it in TORCHELASTIC_RESTART_COUNT), and every PROGRESS_EVERY seconds the
+        ranks' new output (the highest step, the step-less step lines) and the checkpoint directory's changes."""
+        new = set(r["pid"] for r in ranks if r.get("pid")) - self.seen_pids
+        if new:
+            if not any(_alive(pid) for pid in self.gen_pids):
+                # the last group's output is read to its end before the hub hears of the new one
+                self.generation, self.gen_pids, self.progress_read = self.generation + 1, set(new), 0.0
+            else:
+                self.gen_pids |= new
+            self.seen_pids |= new
+        failed = [r for r in ranks if r.get("state") == "failed" and r.get("time")]  # with its .exit record
+        if failed:
+            latest = max(failed, key=lambda r: r["time"])
+            self.last_failure = {k: latest.get(k) for k in ("rank", "node", "exitcode", "message", "time")}
+        now = time.time()
+        if now - self.progress_read < PROGRESS_EVERY:
+            return
+        self.progress_read = now
+        texts = []
+        for _attempt, _local, _rank, _stream, path in rank_logs(self.job_dir):
+            offset = self.log_offsets.get(path, 0)
+            data, size = read_from(path, offset, SCAN_BYTES)
+            if size < offset:  # written anew (torchrun opens a restarted rank's log again)
+                offset = 0
+                data, size = read_from(path, 0, SCAN_BYTES)
+            # whole lines only; a line longer than SCAN_BYTES is passed over
+            cut = data.rfind(b"\n") + 1 or (len(data) if len(data) >= SCAN_BYTES else 0)
+            texts.append(data[:cut].decode("utf-8", "replace"))
+            self.log_offsets[path] = offset + cut
+        step, lines = scan_steps(texts, self.patterns)
+        if step is not None and (self.progress[0] is None or step > self.progress[0]):
+            self.progress[0] = step
+        self.progress[1] += lines
+        mtime = newest_mtime(self.checkpoint_dir)
+        if mtime > self.checkpoint_mtime:
+            self.checkpoint_mtime, self.progress[2] = mtime, self.progress[2] + 1
 
     def stderr_message(self, failure):
         base = os.path.join(self.job_dir, "ranks")
@@ -993,6 +1303,10 @@ class Watcher(Hub):
                 # decided first - the first node's lease ran out, its torchrun took the rendezvous store
                 # along, and this node's torchrun killed its ranks for that - is the cause, not those ranks.
                 msg = {"token": self.token, "node": self.node, "state": local["state"], "failure": local["failure"]}
+                if self.no_progress:
+                    msg.update(progress=self.progress, generation=self.generation, last_failure=self.last_failure)
+                if self.hang_timeout:
+                    msg["collectives"] = self.collectives
                 try:
                     if sock is None:
                         sock = socket.create_connection((self.conf["hub_addr"], int(self.conf["port"])), timeout=2)

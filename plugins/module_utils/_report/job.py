@@ -15,7 +15,7 @@ class ReportError(Exception):
 
 def check(args):
     """The arguments with defaults, or ReportError naming the bad one."""
-    out = {"hosts": [], "pattern": "", "ratio": straggler.RATIO, "header": {}, "dest": ""}
+    out = {"hosts": [], "pattern": "", "ratio": straggler.RATIO, "header": {}, "dest": "", "elastic_lost": []}
     out.update({k: v for k, v in args.items() if v is not None})
     if not out.get("run_dir") or not os.path.isdir(out["run_dir"]):
         raise ReportError("run_dir %r is not a directory (the collected job)" % out.get("run_dir"))
@@ -36,12 +36,27 @@ def failure_line(model):
         failure["rank"], failure["host"], failure["exitcode"], failure["message"])
 
 
+def elastic_warnings(lost, hosts):
+    """The nodes an elastic job finished without (``lost``) -> the play's warning naming them."""
+    lost = list(lost or [])
+    if not lost:
+        return []
+    rest = [host for host in hosts if host not in lost]
+    return ["node(s) %s lost during the job: the elastic job finished without them%s (the report lists them)"
+            % (", ".join(lost), " on " + ", ".join(rest) if rest else "")]
+
+
 def report(args):
-    """Write the report; {path, size, straggler_line, stragglers, failure_line, sampler_cost}."""
+    """Write the report; {path, size, straggler_line, stragglers, failure_line, sampler_cost, lost},
+    and ``warnings`` naming the nodes an elastic job finished without (``elastic_lost``)."""
     args = check(args)
     model = timeline.build(args["run_dir"], args["hosts"], args["pattern"] or None, args["ratio"])
     size = html.write(model, args["dest"], args["header"])
     verdict = model["straggler"]
-    return {"path": args["dest"], "size": size, "straggler_line": verdict["line"],
-            "stragglers": [{"node": node, "ratio": ratio} for node, ratio in verdict["stragglers"]],
-            "failure_line": failure_line(model), "sampler_cost": model["sampler_cost"], "lost": model["lost"]}
+    out = {"path": args["dest"], "size": size, "straggler_line": verdict["line"],
+           "stragglers": [{"node": node, "ratio": ratio} for node, ratio in verdict["stragglers"]],
+           "failure_line": failure_line(model), "sampler_cost": model["sampler_cost"], "lost": model["lost"]}
+    warnings = elastic_warnings(args["elastic_lost"], args["hosts"])
+    if warnings:
+        out["warnings"] = warnings
+    return out

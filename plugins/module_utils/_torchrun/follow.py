@@ -17,6 +17,7 @@ import signal
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
+from ansible_collections.multinode.training.plugins.module_utils._report import steps
 from ansible_collections.multinode.training.plugins.module_utils._node import watch as _torchrun_watch
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import read_json, read_text
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
@@ -33,6 +34,8 @@ SAMPLER = "mt_sample.py"  # the job report's per-rank sampler (_node.sampler), l
 # Seconds between a followed wait's progress lines when the task gives none (the torchrun module's
 # poll, which the action reads).
 POLL = 10
+# The job's checkpoint directory, in its environment (roles/train: train_checkpoint_dir).
+CHECKPOINT_ENV = "MULTINODE_TRAINING_CHECKPOINT_DIR"
 
 
 def watch_conf(params, job_id, host):
@@ -47,7 +50,13 @@ def watch_conf(params, job_id, host):
             "hub_node": watch.get("hub_node"), "port": watch.get("port"), "token": watch.get("token") or "",
             "lost": watch.get("lost", 10), "lease": watch.get("lease", 0), "fail_grace": watch.get("fail_grace", 5),
             "interval": watch.get("interval", 0.5), "restartable": int(params.get("max_restarts") or 0) > 0,
-            "elastic": elastic}
+            "elastic": elastic,
+            # a crash loop: the attempts in a row without a new step line or checkpoint that stop the job
+            "no_progress": int(params.get("max_no_progress_restarts") or 0),
+            "step_patterns": [regex.pattern for _name, regex in steps.compile_patterns(params.get("step_pattern"))],
+            "checkpoint_dir": (params.get("env") or {}).get(CHECKPOINT_ENV) or "",
+            # a hang: seconds without a change of any rank's collectives while some wait for others
+            "hang": int(params.get("hang_timeout") or 0)}
 
 
 def new_file(dir_fd, name, mode, owner=None, text=None, flags=0):

@@ -28,7 +28,13 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     secret_values,
     validate_job_id,
 )
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import FAIL_GRACE, HEARTBEAT, LOST_AFTER
+from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
+    FAIL_GRACE,
+    HANG_TIMEOUT,
+    HEARTBEAT,
+    LOST_AFTER,
+    NO_PROGRESS_RESTARTS,
+)
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import TTL as FIREWALL_TTL
@@ -52,6 +58,8 @@ ARGUMENT_SPEC = dict(
     job_id=dict(type="str"),
     rdzv_conf=dict(type="dict", default={}),
     max_restarts=dict(type="int", default=0),
+    max_no_progress_restarts=dict(type="int", default=NO_PROGRESS_RESTARTS),
+    hang_timeout=dict(type="int", default=HANG_TIMEOUT),
     local_addr=dict(type="str"),
     env=dict(type="dict", default={}),
     env_files=dict(type="list", elements="path", default=[]),

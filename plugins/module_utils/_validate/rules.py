@@ -399,6 +399,8 @@ RULES = {
     "train_args": [_scalar_items],
     "train_env": [_env()],
     "train_max_restarts": [_range(0), _max_restarts],
+    "train_max_no_progress_restarts": [_range(0)],
+    "train_hang_timeout": [_range(0)],
     "train_detach": [_detach],
     "train_attach": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
                               "empty, or the id of a job a launch printed (letters, digits, _ . -)")],

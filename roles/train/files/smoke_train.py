@@ -39,6 +39,10 @@ def parse_args(argv=None):
     parser.add_argument("--fail-assert", default="")
     parser.add_argument("--hang-others", action="store_true")
     parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--hang-rank", type=int, default=-1,
+                        help="with --skip-deepspeed --step-seconds: every step all-reduces, and this rank stops "
+                             "entering them at --hang-step (it sleeps; the others wait in the all-reduce)")
+    parser.add_argument("--hang-step", type=int, default=3)
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger-seconds", type=float, default=0.0)
     parser.add_argument("--checkpoint-dir", default="")
@@ -70,9 +74,12 @@ def _fail(args, rank, step):
 
 
 def _steps(args, rank):
-    """--step-seconds: a long job without DeepSpeed; --hang-others: the other ranks block for good."""
+    """--step-seconds: a long job without DeepSpeed; --hang-others: the other ranks block for good;
+    --hang-rank: an all-reduce every step, which that rank stops entering (a hang)."""
     import signal
     import time
+
+    import torch.distributed as dist
 
     if args.hang_others and args.fail_rank >= 0 and args.fail_rank != rank:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -83,7 +90,15 @@ def _steps(args, rank):
         if args.fail_rank == rank and step == args.fail_step:
             print("smoke: rank=%d failing at step %d time=%.3f" % (rank, step, time.time()), flush=True)
             _fail(args, rank, step)
+        if args.hang_rank == rank and step == args.hang_step:
+            print("smoke: rank=%d hanging at step %d time=%.3f" % (rank, step, time.time()), flush=True)
+            while True:
+                time.sleep(3600)
         time.sleep(args.step_seconds)
+        if args.hang_rank >= 0:
+            import torch
+
+            dist.all_reduce(torch.ones(1))
         print("smoke: rank=%d step=%d" % (rank, step), flush=True)
 
 

@@ -141,3 +141,57 @@ def test_all_home_refuses_what_is_not_a_result_map():
         train_all_home(["n1"], ["n1"])
     with pytest.raises(AnsibleFilterError, match="train_all_home expects"):
         train_all_home({}, "n1")
+
+
+from ansible_collections.multinode.training.plugins.filter.train_root_cause import train_elastic_lost  # noqa: E402
+
+
+def _survivor(nnodes="2:3", rc=0, lost=("n3",), **extra):
+    cmd = ["python", "-m", "torch.distributed.run", "--nnodes", nnodes, "--nproc_per_node", "2", "train.py"]
+    result = {"rc": rc, "lost": list(lost), "cmd": cmd}
+    result.update(extra)
+    return result
+
+
+def test_elastic_lost_forgives_a_lost_node_only_when_the_rest_finished_elastic():
+    hosts = ["n1", "n2", "n3"]
+    gone = {"failed": True, "msg": "lost the connection to n3 during the wait"}
+    ok = {"n1": _survivor(), "n2": _survivor(), "n3": gone}
+    assert train_elastic_lost(ok, hosts, ["n3"]) == ["n3"]
+    # named lost by one watcher is enough (the hub names it; the others may not have heard)
+    assert train_elastic_lost(dict(ok, n2=_survivor(lost=())), hosts, ["n3"]) == ["n3"]
+    # no failed node: nothing to forgive
+    assert train_elastic_lost(ok, hosts, []) == []
+    # not elastic (N, or MIN == MAX): a lost node fails the job
+    assert train_elastic_lost(dict(ok, n1=_survivor("3"), n2=_survivor("3")), hosts, ["n3"]) == []
+    assert train_elastic_lost(dict(ok, n1=_survivor("3:3"), n2=_survivor("3:3")), hosts, ["n3"]) == []
+    # fewer left than MIN
+    assert train_elastic_lost(dict(ok, n1=_survivor("3:4"), n2=_survivor("3:4")), hosts, ["n3"]) == []
+    # another node's torchrun did not end rc 0, timed out or failed
+    assert train_elastic_lost(dict(ok, n2=_survivor(rc=1)), hosts, ["n3"]) == []
+    assert train_elastic_lost(dict(ok, n2=_survivor(rc=None)), hosts, ["n3"]) == []
+    assert train_elastic_lost(dict(ok, n2=_survivor(timed_out=True)), hosts, ["n3"]) == []
+    assert train_elastic_lost(dict(ok, n2=_survivor(failed=True)), hosts, ["n3"]) == []
+    # a node without a result or a command line proves nothing
+    assert train_elastic_lost(dict(ok, n2={}), hosts, ["n3"]) == []
+    # a failed node nobody named lost (its ranks failed, say) is a failure
+    assert train_elastic_lost(dict(ok, n1=_survivor(lost=()), n2=_survivor(lost=())), hosts, ["n3"]) == []
+    # two failed, one of them not lost: both stay failures
+    assert train_elastic_lost(dict(ok, n2=gone), hosts, ["n2", "n3"]) == []
+    # every node failed: nobody finished
+    assert train_elastic_lost({"n1": gone}, ["n1"], ["n1"]) == []
+
+
+def test_elastic_lost_refuses_what_is_not_a_result_map():
+    with pytest.raises(AnsibleFilterError, match="train_elastic_lost expects"):
+        train_elastic_lost(["n1"], ["n1"])
+
+
+def test_report_marks_a_lost_node_that_is_not_a_failure():
+    hosts = ["n1", "n2", "n3"]
+    results = {"n1": _survivor(), "n2": _survivor(), "n3": {"failed": True}}
+    report = train_report(results, hosts, [], {}, "job", "n1:29400", "/runs", "/logs", nnodes="2:3")
+    assert report["lost"] == ["n3"]
+    assert [line for line in report["lines"] if line.startswith("n3:")] == ["n3: rc none, ranks -, ? s, lost"]
+    assert not [line for line in report["lines"] if line.startswith("root cause")]
+    assert "lost node(s): n3 (elastic: the job went on without them)" in report["lines"]

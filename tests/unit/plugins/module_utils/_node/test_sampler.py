@@ -91,3 +91,104 @@ def test_a_wrapper_without_the_sampler_file_still_runs_the_rank(tmp_path):
     proc = subprocess.run([sys.executable, str(tmp_path / "mt_rank.py"), str(script)], env=env,
                           capture_output=True, text=True, check=False)
     assert proc.returncode == 0 and not (tmp_path / "samples").exists()
+
+
+# ---------------------------------------------------------------- the flight recorder (a hang)
+
+class _Dist:
+    def __init__(self, up=True):
+        self.up = up
+
+    def is_initialized(self):
+        return self.up
+
+
+class _C10d:
+    """torch._C._distributed_c10d's dump, as torch 2.13 returns it (pickled): the status alone, or entries."""
+
+    def __init__(self, status, entries=()):
+        self.status, self.entries, self.calls = status, list(entries), []
+
+    def _dump_fr_trace(self, includeCollectives=True, includeStackTraces=True, onlyActive=False):
+        import pickle
+        self.calls.append(includeCollectives)
+        data = {"version": "2.10", "pg_config": {}, "pg_status": self.status}
+        if includeCollectives:
+            data["entries"] = self.entries
+        return pickle.dumps(data)
+
+
+def _status(enq, done):
+    return {"0": {"last_enqueued_collective": enq, "last_started_collective": -1, "last_completed_collective": done}}
+
+
+def test_fr_status_only_once_the_process_group_runs():
+    c10d = _C10d(_status(6, 5))
+    modules = {"torch.distributed": _Dist(), "torch._C._distributed_c10d": c10d}
+    assert sampler.fr_status(modules) == {"0": [6, 5]}
+    assert c10d.calls == [False]  # the status only, no entries
+    assert sampler.fr_status({}) is None  # no torch in this rank
+    assert sampler.fr_status(dict(modules, **{"torch.distributed": _Dist(up=False)})) is None
+    assert sampler.fr_status(dict(modules, **{"torch._C._distributed_c10d": _C10d({})})) is None  # no collective yet
+
+    class Off(_C10d):
+        def _dump_fr_trace(self, **kwargs):
+            raise RuntimeError("flight recorder disabled")
+    assert sampler.fr_status(dict(modules, **{"torch._C._distributed_c10d": Off({})})) is None
+
+
+def test_fr_op_names_the_collective_by_group_and_sequence():
+    entries = [{"pg_id": 0, "collective_seq_id": 5, "profiling_name": "gloo:broadcast"},
+               {"pg_id": 1, "collective_seq_id": 6, "profiling_name": "gloo:barrier"},
+               {"pg_id": 0, "collective_seq_id": 6, "profiling_name": "gloo:all_reduce"}]
+    modules = {"torch._C._distributed_c10d": _C10d(_status(6, 5), entries)}
+    assert sampler.fr_op("0", 6, modules) == "gloo:all_reduce"
+    assert sampler.fr_op("1", 6, modules) == "gloo:barrier"
+    assert sampler.fr_op("0", 7, modules) is None
+
+
+def test_thread_stack_names_the_innermost_frame_of_the_jobs_own_code():
+    import threading
+    import time
+
+    ready, done = threading.Event(), threading.Event()
+
+    def job_code():
+        ready.set()
+        done.wait(10)  # the innermost frames are the standard library's (threading)
+
+    thread = threading.Thread(target=job_code)
+    thread.start()
+    try:
+        ready.wait(10)
+        time.sleep(0.05)
+        frames, where = sampler.thread_stack(thread.ident)
+    finally:
+        done.set()
+        thread.join()
+    assert frames[-1].startswith("threading.py:") and "in wait" in frames[-1]
+    assert where.startswith("test_sampler.py:") and "in job_code: done.wait(10)" in where
+    assert sampler.thread_stack(-1) == ([], "")
+
+
+def test_the_sampler_adds_the_stack_and_the_waited_collective_while_the_status_stands_still(tmp_path, monkeypatch):
+    entries = [{"pg_id": 0, "collective_seq_id": 6, "profiling_name": "gloo:all_reduce"}]
+    c10d = _C10d(_status(5, 5), entries)
+    monkeypatch.setitem(sys.modules, "torch.distributed", _Dist())
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", c10d)
+    s = sampler.Sampler(str(tmp_path / "0_0.jsonl"), os.getpid(), 1)
+    try:
+        first = s.collectives()
+        assert first == {"fr": {"0": [5, 5]}}  # a first status: nothing stands still yet
+        still = s.collectives()
+        assert still["fr"] == {"0": [5, 5]} and still["stack"] and "op" not in still  # not in a collective
+        c10d.status = _status(6, 5)
+        assert "stack" not in s.collectives()  # moved on
+        waiting = s.collectives()
+        assert waiting["op"] == {"pg": "0", "seq": 6, "name": "gloo:all_reduce"}
+        assert waiting["where"].startswith("test_sampler.py:")
+        calls = len(c10d.calls)
+        assert s.collectives()["op"]["name"] == "gloo:all_reduce" and len(c10d.calls) == calls + 1  # looked up once
+        assert "stack" not in s.collectives(final=True)  # the last sample, from the script's own thread
+    finally:
+        s.stop()

@@ -454,3 +454,258 @@ def test_a_node_takes_the_hubs_stop_before_its_own_killed_ranks(tmp_path, hub_st
         server.close()
     assert watcher.stop["reason"] == expected
     assert reports[0]["failure"] == killed  # the hub hears of the failure either way
+
+
+# ---------------------------------------------------------------- a crash loop (no_progress)
+
+def _patterns(pattern=None):
+    from ansible_collections.multinode.training.plugins.module_utils._report import steps
+    return [regex for _name, regex in steps.compile_patterns(pattern)]
+
+
+def test_scan_steps_takes_the_highest_step_and_counts_stepless_lines():
+    smoke = "smoke: rank=0 step=3 loss=1.0\nsmoke: rank=0 step=12 loss=0.9\nsmoke: rank=0 step=7 loss=0.8\n"
+    deepspeed = "[INFO] [logging.py:107:log_dist] [Rank 0] step=40, skipped=0, lr=[0.001]\n"
+    trainer = "{'loss': 3.9, 'grad_norm': 1.2, 'epoch': 0.1}\r{'loss': 3.8, 'epoch': 0.2}\n"
+    assert w.scan_steps([smoke], _patterns()) == (12, 0)
+    assert w.scan_steps([smoke, deepspeed], _patterns()) == (40, 0)
+    assert w.scan_steps([trainer], _patterns()) == (None, 2)
+    assert w.scan_steps(["Traceback (most recent call last):\n"], _patterns()) == (None, 0)
+    # a user's pattern replaces the built-in ones (anchored lines work: compiled with re.M in the watcher)
+    import re
+    mine = [re.compile(r"^it (?P<step>\d+)", re.M)]
+    assert w.scan_steps(["it 5\nit 9\nsmoke: rank=0 step=99\n"], mine) == (9, 0)
+
+
+def _judge(generations_and_progress, limit, failure=None):
+    """Feed crash_loop one look after another -> the stops it returned (None where it did not stop)."""
+    loop, stops = {}, []
+    for generation, progress in generations_and_progress:
+        loop, stop = w.crash_loop(loop, generation, progress, limit, failure)
+        stops.append(stop)
+    return stops
+
+
+def test_merged_progress_takes_the_highest_step_and_sums_the_rest():
+    assert w.merged_progress({}) == [None, 0, 0]
+    assert w.merged_progress({"n1": [40, 0, 1], "n2": [None, 3, 2], "n3": None}) == [40, 3, 3]
+
+
+def test_crash_loop_stops_after_the_limit_of_attempts_in_a_row_without_progress():
+    boom = {"rank": 1, "node": "n1", "exitcode": 1, "message": "RuntimeError: injected failure", "time": 5.0}
+    # the first attempt reached step 40; every restart died at step 40 again (no checkpoint to resume from)
+    looks = [(1, [12, 0, 0]), (1, [40, 0, 0]), (2, [40, 0, 0]), (3, [40, 0, 0]), (3, [40, 0, 0]), (4, [40, 0, 0])]
+    stops = _judge(looks, 2, boom)
+    assert stops[:5] == [None] * 5
+    assert stops[5]["reason"] == "no_progress" and stops[5]["attempts"] == 2 and stops[5]["step"] == 40
+    assert w.describe_stop(stops[5]) == (
+        "no progress in 2 attempt(s) in a row (no step past 40, no new checkpoint): stopped instead of restarting "
+        "again; the last attempt ended with rank 1 on n1: RuntimeError: injected failure")
+    # one attempt short of the limit; the limit off
+    assert _judge(looks, 3) == [None] * 6
+    assert _judge(looks, 0) == [None] * 6
+
+
+@pytest.mark.parametrize("third, stopped", [
+    ([41, 0, 0], False),  # a step past every earlier attempt's
+    ([40, 0, 1], False),  # a new checkpoint
+    ([40, 1, 0], False),  # a new step-less step line (the Trainer's log dict)
+    ([40, 0, 0], True),
+])
+def test_crash_loop_a_new_step_checkpoint_or_line_is_progress(third, stopped):
+    stops = _judge([(1, [40, 0, 0]), (2, [40, 0, 0]), (3, [40, 0, 0]), (4, third)], 2)
+    assert stops[:3] == [None] * 3 and (stops[3] is not None) is stopped
+
+
+def test_crash_loop_judges_the_first_attempt_against_nothing():
+    # a job that dies before its first step line or checkpoint
+    stops = _judge([(1, [None, 0, 0]), (2, [None, 0, 0]), (3, [None, 0, 0]), (4, [None, 0, 0])], 3)
+    assert stops[:3] == [None] * 3 and stops[3]["attempts"] == 3 and stops[3]["step"] is None
+    assert w.describe_stop(stops[3]).startswith(
+        "no progress in 3 attempt(s) in a row (no step line, no new checkpoint): stopped instead of restarting")
+    # a step line in the first attempt is progress
+    assert _judge([(1, [1, 0, 0]), (2, [1, 0, 0])], 1) == [None, None]
+
+
+def test_stop_decision_takes_a_crash_loop_after_failures_and_lost_nodes():
+    stalled = {"reason": "no_progress", "attempts": 3, "step": None, "failure": None}
+    failure = {"node": "n1", "rank": 0, "time": 1.0}
+    assert w.stop_decision(None, [], [], False, False, stalled=stalled) is stalled
+    assert w.stop_decision(None, [failure], [], False, False, stalled=stalled)["reason"] == "failure"
+    assert w.stop_decision(None, [], ["n2"], False, False, stalled=stalled)["reason"] == "lost"
+
+
+def test_follow_watch_conf_carries_the_crash_loop_limit_patterns_and_checkpoint_dir():
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as f
+    params = {"nnodes": "2", "max_restarts": 5, "max_no_progress_restarts": 3, "step_pattern": r"it (?P<step>\d+)",
+              "env": {"MULTINODE_TRAINING_CHECKPOINT_DIR": "/shared/ckpt"}, "watch": None}
+    conf = f.watch_conf(params, "j", "h")
+    assert conf["no_progress"] == 3 and conf["step_patterns"] == [r"it (?P<step>\d+)"]
+    assert conf["checkpoint_dir"] == "/shared/ckpt"
+    builtin = f.watch_conf({"nnodes": "1", "max_restarts": 5, "watch": None}, "j", "h")
+    assert builtin["no_progress"] == 0 and len(builtin["step_patterns"]) == 4 and builtin["checkpoint_dir"] == ""
+
+
+def _rank_group(job_dir, attempt, local, rank, stdout, pid):
+    """One rank of a worker group as the rank wrapper and torchrun leave it (no .exit: running or killed)."""
+    ranks = job_dir / "ranks" / "run_x" / ("attempt_%d" % attempt) / str(local)
+    ranks.mkdir(parents=True, exist_ok=True)
+    (ranks / "stdout.log").write_text(stdout)
+    (ranks / "stderr.log").write_text("")
+    (job_dir / "exits" / ("%d_%d.start" % (attempt, local))).write_text(json.dumps(
+        {"rank": rank, "local_rank": local, "restart": attempt, "pid": pid, "time": 1.0 + attempt}))
+
+
+def _failed(job_dir, attempt, local, time_):
+    (job_dir / "exits" / ("%d_%d.exit" % (attempt, local))).write_text(json.dumps(
+        {"exitcode": 1, "time": time_, "message": "RuntimeError: attempt at %s" % time_}))
+
+
+def test_the_watcher_counts_worker_groups_reads_progress_and_stops_a_loop(tmp_path):
+    """A node's watcher counts a new worker group when ranks with new pids start after the last group's
+    are gone - also where torchrun restarts the ranks without counting it (TORCHELASTIC_RESTART_COUNT
+    stays 0 on a node whose ranks did not fail: the same attempt_0 names, the log written anew) - reads the
+    last group's output to its end then, and the hub (a lone node here) stops the job at the limit."""
+    import subprocess
+    import sys
+    import time
+
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    old = time.time() - 100
+    os.utime(str(ckpt), (old, old))
+    job_dir = _job_dir(tmp_path, "loop-unit", restartable=True, no_progress=2, lease=0, checkpoint_dir=str(ckpt),
+                       step_patterns=[p.pattern for p in _patterns()])
+    watcher = w.Watcher(str(job_dir))
+    watcher.kill_local = lambda workers_only=False: None
+    procs = []
+
+    def group(attempt, stdout):
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+        del procs[:]
+        for local in (0, 1):  # the ranks' start records seen one look apart: one group
+            procs.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+            _rank_group(job_dir, attempt, local, local, stdout, procs[-1].pid)
+            watcher.hub_tick(watcher.local_state())
+
+    try:
+        group(0, "smoke: rank=0 step=1\nsmoke: rank=0 step=9\n")
+        assert watcher.generation == 1 and watcher.progress == [9, 0, 0] and watcher.stop is None
+        _failed(job_dir, 0, 1, 10.0)
+        (ckpt / "global_step5").mkdir()  # a checkpoint during the first group
+        # the second group: torchrun did not count it here (attempt_0 again, its log written anew)
+        group(0, "smoke: rank=0 step=1\n")
+        assert watcher.generation == 2 and watcher.progress == [9, 0, 1] and watcher.stop is None
+        _failed(job_dir, 0, 1, 20.0)
+        group(1, "smoke: rank=0 step=9\n")  # no step past 9, no checkpoint: 1 in a row
+        assert watcher.generation == 3 and watcher.stop is None
+        _failed(job_dir, 1, 0, 30.0)
+        group(2, "")  # 2 in a row: stopped
+        assert watcher.generation == 4 and watcher.stop["reason"] == "no_progress"
+        line = w.describe_stop(watcher.stop)
+        assert "no progress in 2 attempt(s) in a row (no step past 9, no new checkpoint)" in line
+        assert "the last attempt ended with rank 0 on node1: RuntimeError: attempt at 30.0" in line
+    finally:
+        for proc in procs:
+            proc.kill()
+
+
+# ---------------------------------------------------------------- a hang
+
+def _rank(node, rank, enq, done, where=None, op=None):
+    return {"node": node, "rank": rank, "fr": {"0": [enq, done]}, "where": where,
+            "stack": [where] if where else None, "op": op, "age": 0}
+
+
+def test_rank_span():
+    assert w.rank_span([0, 1, 2, 5, 7, 8]) == "0-2, 5, 7-8"
+    assert w.rank_span([3]) == "3" and w.rank_span([]) == "none" and w.rank_span([None]) == "none"
+
+
+def test_hang_check_names_the_rank_that_did_not_enter_after_the_timeout():
+    op = {"pg": "0", "seq": 57, "name": "gloo:all_reduce"}
+    ranks = [_rank("n1", 0, 57, 56, "train.py:40 in step: dist.all_reduce(t)", op),
+             _rank("n1", 1, 57, 56, "train.py:40 in step: dist.all_reduce(t)", op),
+             _rank("n2", 2, 57, 56, "train.py:40 in step: dist.all_reduce(t)", op),
+             _rank("n2", 3, 56, 56, "train.py:42 in main: time.sleep(3600)")]
+    record, stop = w.hang_check({}, ranks, 100.0, 60)
+    assert stop is None and record["since"] == 100.0
+    record, stop = w.hang_check(record, ranks, 159.0, 60)
+    assert stop is None  # 59 s: not yet
+    record, stop = w.hang_check(record, ranks, 161.0, 60)
+    assert stop["reason"] == "hang" and stop["seq"] == 57 and stop["op"] == "gloo:all_reduce"
+    assert [r["rank"] for r in stop["missing"]] == [3] and [r["rank"] for r in stop["entered"]] == [0, 1, 2]
+    assert w.describe_stop(stop) == ("hang: rank 3 on n2 did not enter gloo:all_reduce #57 that ranks 0-2 have "
+                                     "waited in for 61s; its stack: train.py:42 in main: time.sleep(3600)")
+    # the same before the timeout once anything changed (a rank completed a collective)
+    moved = [dict(r) for r in ranks]
+    moved[0] = _rank("n1", 0, 57, 57)
+    record, stop = w.hang_check(record, moved, 162.0, 60)
+    assert stop is None and record["since"] == 162.0
+
+
+def test_hang_check_judges_nothing_that_is_not_a_hang():
+    record = {}
+    # every rank entered the same collective (a network fault): the backend's timeout
+    same = [_rank("n1", 0, 57, 56), _rank("n2", 1, 57, 56)]
+    for now in (0.0, 1000.0):
+        record, stop = w.hang_check(record, same, now, 60)
+    assert stop is None
+    # a rank whose process group does not run yet (no status): nothing judged, the clock starts again
+    record, stop = w.hang_check(record, same + [{"node": "n2", "rank": 2, "fr": None}], 2000.0, 60)
+    assert stop is None and record == {"key": None, "since": 2000.0}
+    # off
+    assert w.hang_check({}, same, 0.0, 0)[1] is None
+
+
+def test_hang_lines_for_several_ranks_and_a_rank_without_a_sample():
+    stop = {"reason": "hang", "op": "nccl:all_reduce", "seq": 9, "waited": 300,
+            "missing": [{"node": "n2", "rank": 2, "where": None, "stack": None, "age": 312},
+                        {"node": "n3", "rank": 5, "where": None, "stack": None, "age": 4}],
+            "entered": [{"node": "n1", "rank": 0}]}
+    assert w.describe_stop(stop) == ("hang: ranks 2, 5 on n2, n3 did not enter nccl:all_reduce #9 that rank 0 has "
+                                     "waited in for 300s; no stack (no sample from it for 312s: stopped, or holding "
+                                     "the GIL)")
+
+
+def test_read_collectives_takes_each_local_ranks_latest_sample_of_the_latest_attempt(tmp_path):
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    (samples / "0_0.jsonl").write_text(json.dumps({"kind": "proc", "t": 1.0, "fr": {"0": [1, 1]}}) + "\n")
+    (samples / "1_0.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"kind": "proc", "t": 10.0, "fr": {"0": [5, 5]}},
+        {"kind": "proc", "t": 12.0, "fr": {"0": [6, 5]}, "where": "a.py:1 in f: x", "stack": ["a.py:1 in f: x"],
+         "op": {"pg": "0", "seq": 6, "name": "gloo:all_reduce"}},
+        {"kind": "line", "t": 12.5, "text": "step 3"}]) + "\n")
+    (samples / "1_1.jsonl").write_text('{"kind": "proc", "t": 11.0}\n{"kind": "pro')  # a line cut short
+    ranks = [{"restart": 1, "local_rank": 0, "rank": 2}, {"restart": 1, "local_rank": 1, "rank": 3},
+             {"restart": 0, "local_rank": 0, "rank": 0}]
+    out = w.read_collectives(str(tmp_path), ranks, "n2", 15.0)
+    assert [(r["rank"], r["fr"], r["age"]) for r in out] == [(2, {"0": [6, 5]}, 3), (3, None, 4)]
+    assert out[0]["where"] == "a.py:1 in f: x" and out[0]["op"]["name"] == "gloo:all_reduce"
+    assert w.read_collectives(str(tmp_path / "none"), ranks, "n2", 15.0) == []
+
+
+def test_the_hub_judges_a_hang_once_every_node_reported_and_keeps_it(tmp_path):
+    job_dir = _job_dir(tmp_path, "hang-unit", nodes=["node1", "node2"], hang=60, lease=0)
+    watcher = w.Watcher(str(job_dir))
+    op = {"pg": "0", "seq": 8, "name": "gloo:all_reduce"}
+    watcher.collectives = [_rank("node1", 0, 8, 7, "smoke_train.py:101 in _steps: dist.all_reduce(x)", op)]
+    assert watcher.judge_hang(0.0) is None  # node2 has not reported
+    watcher.node_collectives["node2"] = [_rank("node2", 1, 7, 7, "smoke_train.py:96 in _steps: time.sleep(3600)")]
+    assert watcher.judge_hang(1.0) is None and watcher.judge_hang(60.0) is None
+    stop = watcher.judge_hang(61.5)
+    assert stop["reason"] == "hang" and stop["missing"][0]["rank"] == 1
+    kept = json.loads((job_dir / "hang.json").read_text())
+    assert [r["rank"] for r in kept["ranks"]] == [0, 1] and kept["seq"] == 8
+    # a lost node's ranks are not waited for (nor judged)
+    watcher.lost.append("node2")
+    assert watcher.judge_hang(200.0) is None
+
+
+def test_follow_watch_conf_carries_the_hang_timeout():
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as f
+    assert f.watch_conf({"nnodes": "2", "hang_timeout": 60, "watch": None}, "j", "h")["hang"] == 60
+    assert f.watch_conf({"nnodes": "2", "watch": None}, "j", "h")["hang"] == 0

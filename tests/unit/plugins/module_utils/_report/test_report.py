@@ -90,6 +90,16 @@ def test_a_node_without_a_directory_is_lost(tmp_path):
     assert model["lost"] == ["default-node2"] and list(model["nodes"]) == ["default-node1"]
 
 
+def test_nodes_an_elastic_job_finished_without_are_a_warning(tmp_path):
+    shutil.copytree(str(JOBS / "fail" / "default-node1"), str(tmp_path / "default-node1"))
+    args = {"run_dir": str(tmp_path), "hosts": HOSTS, "dest": str(tmp_path / "report.html")}
+    assert "warnings" not in job.report(args)
+    result = job.report(dict(args, elastic_lost=["default-node2"]))
+    assert result["lost"] == ["default-node2"]
+    assert result["warnings"] == ["node(s) default-node2 lost during the job: the elastic job finished without "
+                                  "them on default-node1 (the report lists them)"]
+
+
 def test_header_environment_from_the_rank_records(tmp_path):
     shutil.copytree(str(JOBS / "ok"), str(tmp_path / "job"))
     for host, prefix in (("default-node1", "/venv.releases/aaa"), ("default-node2", "/venv.releases/bbb")):

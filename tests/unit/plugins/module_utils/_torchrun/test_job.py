@@ -172,6 +172,13 @@ def test_build_env_keeps_a_loglevel_the_user_set():
     assert env["LOGLEVEL"] == "WARNING" and env["PYTHONUNBUFFERED"] == "0" and secrets == []
 
 
+def test_build_env_turns_the_flight_recorder_on_for_a_job_watched_for_hangs():
+    assert "TORCH_FR_BUFFER_SIZE" not in start_mod.build_env([], {}, "j", "/d", {})[0]
+    assert start_mod.build_env([], {}, "j", "/d", {}, hang_timeout=300)[0]["TORCH_FR_BUFFER_SIZE"] == "2000"
+    mine = start_mod.build_env([], {"TORCH_FR_BUFFER_SIZE": "50"}, "j", "/d", {}, hang_timeout=300)[0]
+    assert mine["TORCH_FR_BUFFER_SIZE"] == "50"
+
+
 def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():
     # pytorch #135712: a restarted group reads the previous group's keys from the shared store.
     static = start_mod.build_env([], {}, "j", "/d", {})[0]
