@@ -672,6 +672,21 @@ def rank0_line(job_dir):
     return lines[-1][-200:] if lines else None
 
 
+def sample_files(job_dir):
+    """The job report's samples files (``samples/<restart>_<local rank>.jsonl``, _node.sampler) -> {attempt:
+    [(local rank, file name)]}; {} before the first."""
+    try:
+        names = os.listdir(os.path.join(job_dir, "samples"))
+    except OSError:
+        return {}
+    attempts = {}
+    for name in names:
+        parts = name[:-len(".jsonl")].split("_") if name.endswith(".jsonl") else []
+        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
+            attempts.setdefault(int(parts[0]), []).append((int(parts[1]), name))
+    return attempts
+
+
 def live_samples(job_dir, size=16384, keep=4):
     """The job report's samples (``samples/<restart>_<local rank>.jsonl``, _node.sampler) of this node's
     latest attempt, for the controller's progress line: {t, demand, step_lines, lines, ranks, attempt}; None
@@ -683,15 +698,7 @@ def live_samples(job_dir, size=16384, keep=4):
     local rank's last ``keep`` candidate step lines printed by ``t`` - the figure and the steps of one
     moment, so that the controller's demand per step does not take 2 s of one node's CPU as a step's
     (_torchrun.live.Tracker); ``lines``: its last ``keep`` candidate lines, for the latest step."""
-    try:
-        names = os.listdir(os.path.join(job_dir, "samples"))
-    except OSError:
-        return None
-    attempts = {}
-    for name in names:
-        parts = name[:-len(".jsonl")].split("_") if name.endswith(".jsonl") else []
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            attempts.setdefault(int(parts[0]), []).append((int(parts[1]), name))
+    attempts = sample_files(job_dir)
     if not attempts:
         return None
     series, texts = [], []
@@ -724,25 +731,18 @@ def live_samples(job_dir, size=16384, keep=4):
 
 def read_collectives(job_dir, ranks, node, now, size=16384):
     """This node's ranks as a hang is judged (``hang_check``): from each local rank's latest sample of the latest
-    attempt (``samples/<restart>_<local rank>.jsonl``), its flight-recorder status ``fr`` and, where the
+    attempt (``sample_files``), its flight-recorder status ``fr`` and, where the
     sampler added them, ``where``, ``stack`` and ``op``; ``rank`` from the rank wrapper's start records,
     ``age`` the sample's age in seconds. [] before the first sample."""
-    try:
-        names = os.listdir(os.path.join(job_dir, "samples"))
-    except OSError:
+    attempts = sample_files(job_dir)
+    if not attempts:
         return []
-    latest = {}
-    for name in names:
-        parts = name[:-len(".jsonl")].split("_") if name.endswith(".jsonl") else []
-        if len(parts) == 2 and parts[0].isdigit() and parts[1].isdigit():
-            attempt, local = int(parts[0]), int(parts[1])
-            if local not in latest or latest[local][0] < attempt:
-                latest[local] = (attempt, name)
+    attempt = max(attempts)
     global_rank = {}
     for entry in ranks:
         global_rank[(entry.get("restart") or 0, entry.get("local_rank"))] = entry.get("rank")
     out = []
-    for local, (attempt, name) in sorted(latest.items()):
+    for local, name in sorted(attempts[attempt]):
         sample = None
         for line in reversed(read_tail(os.path.join(job_dir, "samples", name), size).splitlines()):
             try:

@@ -79,6 +79,7 @@ def _steps(args, rank):
     import signal
     import time
 
+    import torch
     import torch.distributed as dist
 
     if args.hang_others and args.fail_rank >= 0 and args.fail_rank != rank:
@@ -96,8 +97,6 @@ def _steps(args, rank):
                 time.sleep(3600)
         time.sleep(args.step_seconds)
         if args.hang_rank >= 0:
-            import torch
-
             dist.all_reduce(torch.ones(1))
         print("smoke: rank=%d step=%d" % (rank, step), flush=True)
 
