@@ -1150,9 +1150,10 @@ class Watcher(Hub):
 
     def read_progress(self, ranks):
         """A crash loop's evidence on this node: the worker groups started here (a new group: ranks with pids
-        not seen before, once the last group's are gone - torchrun restarts every node's ranks, and only
-        the node that failed counts it in TORCHELASTIC_RESTART_COUNT), and every PROGRESS_EVERY seconds the
-        ranks' new output (the highest step, the step-less step lines) and the checkpoint directory's changes."""
+        not seen before, once the last group's are gone - torchrun restarts every node's ranks, but the
+        agents' TORCHELASTIC_RESTART_COUNT disagree: a membership change is not counted, a failure is), and
+        every PROGRESS_EVERY seconds the ranks' new output (the highest step, the step-less step lines) and
+        the checkpoint directory's changes."""
         new = set(r["pid"] for r in ranks if r.get("pid")) - self.seen_pids
         if new:
             if not any(_alive(pid) for pid in self.gen_pids):

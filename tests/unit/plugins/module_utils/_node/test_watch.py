@@ -563,8 +563,8 @@ def _failed(job_dir, attempt, local, time_):
 
 def test_the_watcher_counts_worker_groups_reads_progress_and_stops_a_loop(tmp_path):
     """A node's watcher counts a new worker group when ranks with new pids start after the last group's
-    are gone - also where torchrun restarts the ranks without counting it (TORCHELASTIC_RESTART_COUNT
-    stays 0 on a node whose ranks did not fail: the same attempt_0 names, the log written anew) - reads the
+    are gone - also where torchrun restarts the ranks without counting it (a membership change leaves
+    TORCHELASTIC_RESTART_COUNT as it was: the same attempt names, the log written anew) - reads the
     last group's output to its end then, and the hub (a lone node here) stops the job at the limit."""
     import subprocess
     import sys
@@ -595,7 +595,7 @@ def test_the_watcher_counts_worker_groups_reads_progress_and_stops_a_loop(tmp_pa
         assert watcher.generation == 1 and watcher.progress == [9, 0, 0] and watcher.stop is None
         _failed(job_dir, 0, 1, 10.0)
         (ckpt / "global_step5").mkdir()  # a checkpoint during the first group
-        # the second group: torchrun did not count it here (attempt_0 again, its log written anew)
+        # the second group: torchrun did not count it here (attempt 0 again, its log written anew)
         group(0, "smoke: rank=0 step=1\n")
         assert watcher.generation == 2 and watcher.progress == [9, 0, 1] and watcher.stop is None
         _failed(job_dir, 0, 1, 20.0)
