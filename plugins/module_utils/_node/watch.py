@@ -1017,8 +1017,11 @@ class Hub(object):
                         for other in self.nodes:
                             if other not in self.lost:
                                 self.restart_requested[other] = node
-            stalled = (self.judge_attempts() if self.no_progress else None) or \
-                (self.judge_hang(now) if self.hang_timeout else None)
+            # judged until a stop is decided (then kept: hang.json holds the moment of the decision)
+            stalled = None
+            if not self.stop:
+                stalled = (self.judge_attempts() if self.no_progress else None) or \
+                    (self.judge_hang(now) if self.hang_timeout else None)
             stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone(), stalled=stalled)
             refined = refine_stop(self.stop, self.lost)
             if self.stop and refined is not self.stop:
@@ -1151,14 +1154,18 @@ class Watcher(Hub):
     def read_progress(self, ranks):
         """A crash loop's evidence on this node: the worker groups started here (a new group: ranks with pids
         not seen before, once the last group's are gone - torchrun restarts every node's ranks, but the
-        agents' TORCHELASTIC_RESTART_COUNT disagree: a membership change is not counted, a failure is), and
-        every PROGRESS_EVERY seconds the ranks' new output (the highest step, the step-less step lines) and
-        the checkpoint directory's changes."""
+        agents' TORCHELASTIC_RESTART_COUNT disagree: a membership change is not counted, a failure is) and,
+        as each starts, whether the checkpoint directory changed; every PROGRESS_EVERY seconds the ranks'
+        new output (the highest step, the step-less step lines)."""
         new = set(r["pid"] for r in ranks if r.get("pid")) - self.seen_pids
         if new:
             if not any(_alive(pid) for pid in self.gen_pids):
-                # the last group's output is read to its end before the hub hears of the new one
+                # the last group's output is read to its end before the hub hears of the new one, and the
+                # checkpoint directory is looked at (once an attempt: a scandir on shared storage is not free)
                 self.generation, self.gen_pids, self.progress_read = self.generation + 1, set(new), 0.0
+                mtime = newest_mtime(self.checkpoint_dir)
+                if mtime > self.checkpoint_mtime:
+                    self.checkpoint_mtime, self.progress[2] = mtime, self.progress[2] + 1
             else:
                 self.gen_pids |= new
             self.seen_pids |= new
@@ -1185,9 +1192,6 @@ class Watcher(Hub):
         if step is not None and (self.progress[0] is None or step > self.progress[0]):
             self.progress[0] = step
         self.progress[1] += lines
-        mtime = newest_mtime(self.checkpoint_dir)
-        if mtime > self.checkpoint_mtime:
-            self.checkpoint_mtime, self.progress[2] = mtime, self.progress[2] + 1
 
     def stderr_message(self, failure):
         base = os.path.join(self.job_dir, "ranks")

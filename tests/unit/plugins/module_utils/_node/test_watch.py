@@ -607,6 +607,10 @@ def test_the_watcher_counts_worker_groups_reads_progress_and_stops_a_loop(tmp_pa
         line = w.describe_stop(watcher.stop)
         assert "no progress in 2 attempt(s) in a row (no step past 9, no new checkpoint)" in line
         assert "the last attempt ended with rank 0 on node1: RuntimeError: attempt at 30.0" in line
+        # decided once: a group after the stop is not judged again
+        judged = dict(watcher.loop)
+        group(3, "")
+        assert watcher.generation == 5 and watcher.loop == judged
     finally:
         for proc in procs:
             proc.kill()
