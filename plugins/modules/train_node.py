@@ -37,7 +37,7 @@ options:
       - Checks as that account - in a child process that switched to its uid, gid and groups - that it can execute, read,
         enter or write the given paths (O(access.checks)) and the paths the job opens (O(access.job) - C(train_python) and
         its venv's C(pyvenv.cfg) and site-packages, C(train_script), C(train_chdir), the way to C(train_code_dir)). A path
-        the code copy makes (C(train_sync_code) - a path of the controller's code manifest below C(train_code_dir), or C(train_code_dir)
+        the code copy makes (C(train_code_src) set - a path of the controller's code manifest below C(train_code_dir), or C(train_code_dir)
         itself, which this call gives the account) is not checked; every other one must be reachable now. A path that does
         not exist for the module's own user is left out here (without C(refuse_missing), the launcher's preflight reports
         it).
@@ -80,7 +80,7 @@ options:
           - The job whose paths to check (P(multinode.training.train#role) passes its variables) - C(python) (train_python),
             C(venv) (train_venv, for messages), C(script) (train_script; empty - a module job), C(chdir) (train_chdir; empty
             - none), C(env_files) (dicts with C(var) and C(path)), C(configs) (C({variable - controller path}) of the accelerate
-            / DeepSpeed configs, which travel into C(code_dir)), C(code_dir), C(sync_code) (train_sync_code), C(data)
+            / DeepSpeed configs, which travel into C(code_dir)), C(code_dir), C(sync_code) (train_code_src set), C(data)
             (train_data_paths - read by the account), C(checkpoint_dir) (train_checkpoint_dir - written into by the account
             where it exists), C(manifest)
             (the relative paths of train_code_src below C(code_dir); unset - those of O(access.probe)'s C(code), else not

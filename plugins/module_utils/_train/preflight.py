@@ -196,10 +196,10 @@ def file_problems(host, probe, first, first_sum, interface):
     if script is not None:
         if not script["exists"]:
             problems.append("%s: train_script=%s: missing on this node; valid: the same file on all nodes "
-                            "(train_sync_code copies it)" % (host, j(script["path"])))
+                            "(train_code_src is copied there)" % (host, j(script["path"])))
         elif host != first and script["sha256"] != first_sum:
             problems.append("%s: train_script=%s: sha256 %s differs from %s's %s; valid: the same file on all nodes "
-                            "(train_sync_code copies it)" % (host, j(script["path"]), script["sha256"], first, first_sum))
+                            "(train_code_src is copied there)" % (host, j(script["path"]), script["sha256"], first, first_sum))
     chdir = probe.get("chdir")
     if chdir is not None and not chdir["isdir"]:
         problems.append("%s: train_chdir=%s: not a directory on this node; valid: an existing directory on every "

@@ -122,7 +122,7 @@ def job_checks(job, manifest=None):
     ``need``: x, r, rx, wx as for ``os.access``; ``kind``: file, dir or any (``need`` r, rx once found to be
     a directory); ``who``: account (the job's, which
     runs the script) or self (the module's user, root under become: it reads the env files for the job,
-    which need not be the account's); ``provided``: the copy makes it (train_sync_code, a path of the
+    which need not be the account's); ``provided``: the copy makes it (train_code_src set, a path of the
     manifest below train_code_dir, or train_code_dir itself, which this step gives the account) - nothing
     to check now; ``missing``: refuse (a missing path is a problem) or skip.
     """

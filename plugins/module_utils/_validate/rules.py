@@ -86,6 +86,34 @@ def _node_paths(variable, value, values, ctx):
     return problems
 
 
+DATA_SYNC_VALID = ("a list of {src: <file or directory on the controller>, dest: <absolute path on the nodes>}, "
+                   "each dest its own (none inside another)")
+
+
+def _data_sync(variable, value, values, ctx):
+    """train_data_sync: {src, dest} items, src on the controller, dests absolute and apart."""
+    problems, dests = [], []
+    for index, item in enumerate(value):
+        name = "%s[%d]" % (variable, index)
+        if not isinstance(item, dict) or set(item) != {"src", "dest"}:
+            problems.append(Problem(name, item, "not a mapping of exactly src and dest", DATA_SYNC_VALID))
+            continue
+        src, dest = item["src"], item["dest"]
+        if not isinstance(src, str) or not src or not os.path.exists(src):
+            problems.append(Problem(name + ".src", src, "does not exist on the controller", DATA_SYNC_VALID))
+        if not isinstance(dest, str) or not dest.startswith("/") or dest.rstrip("/") == "" \
+                or "/../" in dest + "/" or "/./" in dest + "/":
+            problems.append(Problem(name + ".dest", dest, "not an absolute path below /", DATA_SYNC_VALID))
+            continue
+        clean = dest.rstrip("/")
+        for other_index, other in dests:
+            if clean == other or clean.startswith(other + "/") or other.startswith(clean + "/"):
+                problems.append(Problem(name + ".dest", dest, "the same as or inside %s[%d].dest=%s"
+                                        % (variable, other_index, other), DATA_SYNC_VALID))
+        dests.append((index, clean))
+    return problems
+
+
 def _nnodes(variable, value, values, ctx):
     text = str(value).strip()
     match = re.match(r"^([0-9]+)(?::([0-9]+))?$", text)
@@ -156,14 +184,13 @@ def _rdzv_conf(variable, value, values, ctx):
 
 
 def _code_src(variable, value, values, ctx):
-    sync = values.get("train_sync_code", True)
-    if str(sync).lower() in ("false", "no", "off", "0", "n", "f") or not value:
+    if not value:
         return []
     if not str(value).startswith("/"):
         return []  # resolved by the copy module against the play's files/ directories
     if not os.path.exists(str(value)):
-        return [Problem(variable, value, "does not exist on the controller (train_sync_code copies it)",
-                        "an existing controller file or directory, or train_sync_code=false")]
+        return [Problem(variable, value, "does not exist on the controller (it is copied to every node)",
+                        "an existing controller file or directory, or empty (the code is on the nodes already)")]
     return []
 
 
@@ -415,6 +442,7 @@ RULES = {
     "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
     "train_venv_existing": [_existing_env("train_requirements", "train_requirements_file")],
+    "train_data_sync": [_data_sync],
     "train_data_paths": [_node_paths],
     "train_checkpoint_min_free": [_range(0, number=float)],
     "train_checkpoint_shared": [_checkpoint_shared],

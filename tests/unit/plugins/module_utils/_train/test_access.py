@@ -241,7 +241,7 @@ def job(code_dir, **over):
 
 @AS_ROOT
 def test_a_script_in_roots_0700_directory_is_refused_naming_node_variable_path_and_account(shared_dir):
-    """train_script in a 0700 temp directory of root's, train_sync_code on: rank 0 would die with
+    """train_script in a 0700 temp directory of root's, train_code_src set: rank 0 would die with
     PermissionError after the copy and the start, so the security step refuses it, as the account,
     before anything is copied."""
     private = os.path.join(shared_dir, "tmp.private")

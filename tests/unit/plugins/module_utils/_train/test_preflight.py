@@ -135,7 +135,7 @@ def test_compare_names_each_problem_with_node_and_variable():
                                   '"ops": [], ')
     assert "differs from n1's" in problems[0]
     assert problems[1] == ('n2: train_script="/c/train.py": sha256 %s differs from n1\'s %s; valid: the same file on '
-                           'all nodes (train_sync_code copies it)' % ("b" * 64, "a" * 64))
+                           'all nodes (train_code_src is copied there)' % ("b" * 64, "a" * 64))
     assert problems[2].startswith('n3: train_python="/v/bin/python": missing or not executable on this node '
                                   '(train_venv="/v"); valid:')
     assert problems[3].startswith('n3: train_script="/c/train.py": missing on this node')

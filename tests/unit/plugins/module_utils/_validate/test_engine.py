@@ -307,8 +307,8 @@ def test_deepspeed_source_names_the_variable_at_fault():
 
 def test_code_src_must_exist_on_the_controller(tmp_path):
     rule = r.RULES["train_code_src"][0]
-    assert rule("train_code_src", str(tmp_path / "nope.py"), {"train_sync_code": True}, {})
-    assert rule("train_code_src", str(tmp_path / "nope.py"), {"train_sync_code": "false"}, {}) == []
+    assert rule("train_code_src", str(tmp_path / "nope.py"), {}, {})
+    assert rule("train_code_src", "", {}, {}) == []
     assert rule("train_code_src", str(tmp_path), {}, {}) == []
 
 
@@ -426,3 +426,16 @@ def test_every_role_variable_is_declared_in_the_collection():
     for defaults in sorted(ROOT.glob("roles/*/defaults/main.yml")):
         names = yaml.safe_load(defaults.read_text()) or {}
         assert v.unknown_variables(names, declared, prefixes) == [], defaults
+
+
+def test_data_sync_items(tmp_path):
+    rule = r.RULES["train_data_sync"][0]
+    ok = str(tmp_path)
+    assert rule("train_data_sync", [{"src": ok, "dest": "/data/a"}, {"src": ok, "dest": "/data/b/"}], {}, {}) == []
+    lines = [p.line() for p in rule("train_data_sync", [
+        {"src": ok, "dest": "/data"}, {"src": ok + "/nope", "dest": "/data/x"}, {"src": ok},
+        {"src": ok, "dest": "data"}, {"src": ok, "dest": "/"}], {}, {})]
+    assert [line.split("=")[0] for line in lines] == [
+        "train_data_sync[1].src", "train_data_sync[1].dest", "train_data_sync[2]", "train_data_sync[3].dest",
+        "train_data_sync[4].dest"]
+    assert "the same as or inside train_data_sync[0].dest=/data" in lines[1]
