@@ -93,6 +93,11 @@ DATA_SYNC_VALID = ("a list of {src: <file or directory on the controller>, dest:
 def _data_sync(variable, value, values, ctx):
     """train_data_sync: {src, dest} items, src on the controller, dests absolute and apart."""
     problems, dests = [], []
+    launcher = str(values.get("train_launcher", "ssh"))
+    if value and launcher != "ssh":
+        return [Problem(variable, value, "set with train_launcher=%s: only the ssh launcher brings data to the nodes"
+                        % launcher, "[] (put the data on the storage the nodes share, e.g. below train_slurm_dir, "
+                        "and list it in train_data_paths)")]
     for index, item in enumerate(value):
         name = "%s[%d]" % (variable, index)
         if not isinstance(item, dict) or set(item) != {"src", "dest"}:
