@@ -411,10 +411,14 @@ class Worker:
     def run(self):
         server = None
         self.save_status(force=True)
-        if self.cfg.get("serve"):
-            server = self.serve()
-            threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         try:
+            if self.cfg.get("serve"):
+                try:
+                    server = self.serve()
+                except (socket.error, OSError) as exc:
+                    raise SyncError("cannot serve the files its peers need on %s port %s: %s"
+                                    % (self.cfg["bind"], self.cfg["port"], exc))
+                threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
             self.ingest_upload()
             for pull in sorted(self.cfg.get("pull", []), key=lambda p: p.get("round", 0)):
                 self.pull_one(pull)

@@ -219,3 +219,21 @@ def test_a_wrong_file_is_refused_and_nothing_half_written_stays(src, tmp_path):
     assert rcs["n2"] == 1
     assert workers["n2"].status["error"].startswith("cannot get %s from n1 (its own transfer failed: "
                                                     % wk.target(node_items["n2"][0]["dest"], "a.bin"))
+
+
+def test_a_port_in_use_is_named(src, tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    port = busy.getsockname()[1]
+    items = sync.manifest(_items(src, tmp_path), str(tmp_path / "cache"))[0]
+    state = tmp_path / "state"
+    state.mkdir()
+    worker = wk.Worker(str(state), {"items": items, "serve": True, "bind": "127.0.0.1", "port": port,
+                                    "token": "t", "node": "n1", "linger": 0})
+    try:
+        assert worker.run() == 1
+    finally:
+        busy.close()
+    assert worker.status["error"].startswith("cannot serve the files its peers need on 127.0.0.1 port %d: " % port)
+    assert json.load(open(str(state / "status.json")))["state"] == "failed"
