@@ -63,6 +63,8 @@ class ActionModule(ActionBase):
         config = {"items": items, "upload": plan.get("upload", []), "pull": plan.get("pull", []),
                   "serve": bool(plan.get("serve")), "bind": args["bind"], "port": int(args["port"]),
                   "node": node, "owner": args.get("owner", ""), "group": args.get("group", "")}
+        if config["upload"]:  # at least 10 minutes, and a second per MB (1 MB/s at worst)
+            config["upload_wait"] = 600 + sum(items[i]["files"][rel]["size"] for i, rel in config["upload"]) // 10 ** 6
         started = self._call({"start": {"config": config, "token": args["token"]}}, task_vars)
         if started.get("failed"):
             result.update(failed=True, msg="%s: data: the transfer did not start: %s" % (node, started.get("msg")))

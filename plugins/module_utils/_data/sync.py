@@ -331,6 +331,11 @@ def abort(port, why):
 def read_status(port, wait=0.0, poll=0.25):
     """The worker's status; with ``wait``, returns early once it is no longer running."""
     directory = state_dir(port)
+    try:  # the controller's poll: the worker's lease (_data.worker LEASE)
+        with open(os.path.join(directory, "lease"), "w"):
+            pass
+    except (IOError, OSError):
+        pass
     deadline = time.time() + wait
     while True:
         try:

@@ -55,6 +55,11 @@ CHUNK = 1 << 20
 PATIENCE = 60.0
 # Seconds without a request after which a worker whose own files are done exits by itself.
 LINGER = 600.0
+# Seconds without a poll from the controller (the action polls at least every 30 s) after which a worker
+# that is still taking files gives up: ansible-playbook was stopped, nothing else would end it.
+LEASE = 120.0
+# Seconds a worker waits for the controller's archive at least; the action adds one per MB it sends.
+UPLOAD_WAIT = 600.0
 
 
 class SyncError(Exception):
@@ -158,6 +163,7 @@ class Worker:
                        "files_total": len(todo), "files_done": 0, "from": {}, "served": {},
                        "placed": [], "error": "", "waiting_for": "", "started": time.time()}
         self.last_request = time.time()
+        self.lease_from = time.time()  # the controller's copy pauses its polls: counted from its end
         self.queue = []  # send slot: heap of (round, seq)
         self.seq = itertools.count()
         self.sending = False
@@ -177,6 +183,17 @@ class Worker:
         with open(tmp, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)
+
+    def check_lease(self):
+        """SyncError once the controller has not polled for ``lease`` seconds (the poll touches the file)."""
+        lease = float(self.cfg.get("lease", LEASE))
+        try:
+            last = os.path.getmtime(os.path.join(self.state_dir, "lease"))
+        except OSError:
+            last = self.status["started"]
+        if lease > 0 and time.time() - max(last, self.lease_from) > lease:
+            raise SyncError("the controller stopped following this node's transfer (no poll for %ds: "
+                            "ansible-playbook ended?)" % lease)
 
     def _progress(self, count, source):
         with self.lock:
@@ -256,12 +273,16 @@ class Worker:
         with self.lock:
             self.status["waiting_for"] = "the controller"
         abort = os.path.join(self.state_dir, "abort")
+        limit = time.time() + float(self.cfg.get("upload_wait", UPLOAD_WAIT))
         while not os.path.exists(path):
             if os.path.exists(abort):  # the controller's copy failed: say so to the peers waiting here
                 with open(abort) as handle:
                     raise SyncError("the controller's copy to this node failed: %s" % handle.read().strip())
+            if time.time() > limit:
+                raise SyncError("the controller's copy did not arrive within %ds" % self.cfg.get("upload_wait", UPLOAD_WAIT))
             if self.stopped.wait(0.2):
                 return
+        self.lease_from = time.time()
         with self.lock:
             self.status["waiting_for"] = ""
         with tarfile.open(path, "r|") as tar:
@@ -314,6 +335,7 @@ class Worker:
                 if response.status == 409:
                     with self.lock:
                         self.status["waiting_for"] = name
+                    self.check_lease()
                     self.stopped.wait(0.3)
                     continue
                 if response.status == 410:
@@ -324,6 +346,7 @@ class Worker:
                 patience = float(self.cfg.get("patience", PATIENCE))
                 if time.time() - last_answer > patience:
                     return False, "no answer for %ds: %s" % (patience, why)
+                self.check_lease()
                 self.stopped.wait(0.5)
             finally:
                 conn.close()

@@ -237,3 +237,30 @@ def test_a_port_in_use_is_named(src, tmp_path):
         busy.close()
     assert worker.status["error"].startswith("cannot serve the files its peers need on 127.0.0.1 port %d: " % port)
     assert json.load(open(str(state / "status.json")))["state"] == "failed"
+
+
+def test_nothing_waits_for_ever_when_the_controller_is_gone(src, tmp_path):
+    """n1 waits for the controller's archive, which never comes; n2 waits for n1. Without polls from the
+    controller (ansible-playbook killed) n2 gives up after its lease, n1 after its upload wait."""
+    port = _free_port()
+    items = sync.manifest(_items(src, tmp_path), str(tmp_path / "cache"))[0]
+    keys = [[i, rel] for i, item in enumerate(items) for rel in item["files"]]
+    base = {"items": items, "port": port, "token": "t", "linger": 0.5, "patience": 5}
+    workers = {
+        "n1": wk.Worker(str(tmp_path / "s1"), dict(base, node="n1", bind="127.0.0.1", serve=True, upload=keys,
+                                                   upload_wait=3)),
+        "n2": wk.Worker(str(tmp_path / "s2"), dict(base, node="n2", bind="127.0.0.2", lease=1, pull=[
+            {"item": i, "rel": rel, "round": 1, "from": [["n1", "127.0.0.1"]]} for i, rel in keys])),
+    }
+    rcs = {}
+    for name in workers:
+        os.mkdir(workers[name].state_dir)
+    threads = [threading.Thread(target=lambda n=n: rcs.__setitem__(n, workers[n].run())) for n in workers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert rcs == {"n1": 1, "n2": 1}
+    assert workers["n2"].status["error"] == ("the controller stopped following this node's transfer (no poll for "
+                                             "1s: ansible-playbook ended?)")
+    assert workers["n1"].status["error"] == "the controller's copy did not arrive within 3s"
