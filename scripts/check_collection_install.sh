@@ -21,8 +21,8 @@ for m in $modules; do
 done
 # ansible-doc -l is public API: every module there is one a user would call on its own. A role's
 # single-use step becomes an option of its step module (deepspeed_build, wheel_distribute,
-# train_node), so a new module here is a decision: add it to this list with that in mind.
-public="deepspeed_build deepspeed_env_verify nccl_fabric nccl_log_check node_facts slurm_job torchrun
+# train_node, data_sync), so a new module here is a decision: add it to this list with that in mind.
+public="data_sync deepspeed_build deepspeed_env_verify nccl_fabric nccl_log_check node_facts slurm_job torchrun
 train_job_report train_node validate wheel_distribute"
 listed=$("$BIN/ansible-doc" -t module -l multinode.training | awk '{sub(/^multinode\.training\./, "", $1); print $1}')
 if [ "$(echo $listed)" != "$(echo $public)" ]; then

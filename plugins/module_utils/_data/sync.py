@@ -64,7 +64,7 @@ def manifest(items, cache_dir=CACHE_DIR, hash_file=_worker.sha256_file):
     out, hashed = [], 0
     for index, item in enumerate(items):
         src, dest = str(item.get("src", "")), str(item.get("dest", ""))
-        name = "train_data_sync[%d].src" % index
+        name = "train_data_sync[%d][src]" % index
         if not os.path.exists(src):
             raise ManifestError("%s=%s: does not exist on the controller; valid: a file or directory "
                                 "on the controller" % (name, src))

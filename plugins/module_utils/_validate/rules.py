@@ -105,15 +105,15 @@ def _data_sync(variable, value, values, ctx):
             continue
         src, dest = item["src"], item["dest"]
         if not isinstance(src, str) or not src or not os.path.exists(src):
-            problems.append(Problem(name + ".src", src, "does not exist on the controller", DATA_SYNC_VALID))
+            problems.append(Problem(name + "[src]", src, "does not exist on the controller", DATA_SYNC_VALID))
         if not isinstance(dest, str) or not dest.startswith("/") or dest.rstrip("/") == "" \
                 or "/../" in dest + "/" or "/./" in dest + "/":
-            problems.append(Problem(name + ".dest", dest, "not an absolute path below /", DATA_SYNC_VALID))
+            problems.append(Problem(name + "[dest]", dest, "not an absolute path below /", DATA_SYNC_VALID))
             continue
         clean = dest.rstrip("/")
         for other_index, other in dests:
             if clean == other or clean.startswith(other + "/") or other.startswith(clean + "/"):
-                problems.append(Problem(name + ".dest", dest, "the same as or inside %s[%d].dest=%s"
+                problems.append(Problem(name + "[dest]", dest, "the same as or inside %s[%d][dest]=%s"
                                         % (variable, other_index, other), DATA_SYNC_VALID))
         dests.append((index, clean))
     return problems

@@ -68,7 +68,7 @@ def test_manifest_lists_hashes_and_caches(src, tmp_path):
 def test_manifest_refuses_a_missing_src(tmp_path):
     with pytest.raises(sync.ManifestError) as err:
         sync.manifest([{"src": str(tmp_path / "nope"), "dest": "/data/x"}], str(tmp_path / "c"))
-    assert str(err.value).startswith("train_data_sync[0].src=%s: does not exist on the controller; valid:"
+    assert str(err.value).startswith("train_data_sync[0][src]=%s: does not exist on the controller; valid:"
                                      % (tmp_path / "nope"))
 
 

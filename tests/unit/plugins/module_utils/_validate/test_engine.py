@@ -436,9 +436,9 @@ def test_data_sync_items(tmp_path):
         {"src": ok, "dest": "/data"}, {"src": ok + "/nope", "dest": "/data/x"}, {"src": ok},
         {"src": ok, "dest": "data"}, {"src": ok, "dest": "/"}], {}, {})]
     assert [line.split("=")[0] for line in lines] == [
-        "train_data_sync[1].src", "train_data_sync[1].dest", "train_data_sync[2]", "train_data_sync[3].dest",
-        "train_data_sync[4].dest"]
-    assert "the same as or inside train_data_sync[0].dest=/data" in lines[1]
+        "train_data_sync[1][src]", "train_data_sync[1][dest]", "train_data_sync[2]", "train_data_sync[3][dest]",
+        "train_data_sync[4][dest]"]
+    assert "the same as or inside train_data_sync[0][dest]=/data" in lines[1]
     slurm = rule("train_data_sync", [{"src": ok, "dest": "/data/a"}], {"train_launcher": "slurm"}, {})
     assert [p.line().split("=")[0] for p in slurm] == ["train_data_sync"]
     assert "only the ssh launcher brings data" in slurm[0].line()
