@@ -112,7 +112,8 @@ class ActionModule(ActionBase):
         local_dir = tempfile.mkdtemp(prefix="multinode-training-data-")
         try:
             local = os.path.join(local_dir, "upload.tar")
-            with tarfile.open(local, "w", format=tarfile.PAX_FORMAT) as tar:
+            # dereference: the manifest lists a symlink to a file as that file (os.walk, os.stat)
+            with tarfile.open(local, "w", format=tarfile.PAX_FORMAT, dereference=True) as tar:
                 for index, rel in upload:
                     src = items[index]["src"]
                     tar.add(src if rel == "" else os.path.join(src, rel), arcname="%d/%s" % (index, rel or "."),
