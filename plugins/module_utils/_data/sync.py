@@ -33,6 +33,7 @@ import tempfile
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._data import worker as _worker
+from ansible_collections.multinode.training.plugins.module_utils._train import listener as _listener
 
 CACHE_DIR = os.path.join(os.path.expanduser("~"), ".cache", "multinode-training", "data")
 
@@ -264,17 +265,17 @@ def _pid(directory):
 
 
 def _alive(pid):
+    """Whether ``pid`` is a worker that has not exited (its command line names the worker: a reused pid
+    is not one)."""
     if not pid:
         return False
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
             if _worker.MARK.encode() not in handle.read().split(b"\0"):
                 return False
-        with open("/proc/%d/stat" % pid, "rb") as handle:
-            stat = handle.read()
-        return stat[stat.rfind(b")") + 1:].split()[0] not in (b"Z", b"X")
-    except (IOError, OSError, IndexError):
+    except (IOError, OSError):
         return False
+    return _listener.running(pid)
 
 
 def stop(port, items=(), wait=5.0):
