@@ -60,6 +60,8 @@ LINGER = 600.0
 LEASE = 120.0
 # Seconds a worker waits for the controller's archive at least; the action adds one per MB it sends.
 UPLOAD_WAIT = 600.0
+# Seconds between writes of the node's record while files arrive (the last one at the end).
+RECORD_EVERY = 2.0
 
 
 class SyncError(Exception):
@@ -164,6 +166,9 @@ class Worker:
                        "placed": [], "error": "", "waiting_for": "", "started": time.time()}
         self.last_request = time.time()
         self.lease_from = time.time()  # the controller's copy pauses its polls: counted from its end
+        # each item's record, kept here and written every RECORD_EVERY s and at the end (not once per
+        # file: a dataset of many files would rewrite its whole record for each one)
+        self.records, self.dirty, self._records_written = {}, set(), 0.0
         self.queue = []  # send slot: heap of (round, seq)
         self.seq = itertools.count()
         self.sending = False
@@ -194,6 +199,16 @@ class Worker:
         if lease > 0 and time.time() - max(last, self.lease_from) > lease:
             raise SyncError("the controller stopped following this node's transfer (no poll for %ds: "
                             "ansible-playbook ended?)" % lease)
+
+    def save_records(self, force=False):
+        if not force and time.time() - self._records_written < RECORD_EVERY:
+            return
+        self._records_written = time.time()
+        with self.lock:
+            dirty, self.dirty = self.dirty, set()
+            copies = dict((index, dict(self.records[index])) for index in dirty)
+        for index, record in copies.items():
+            save_record(self.items[index]["dest"], record)
 
     def _progress(self, count, source):
         with self.lock:
@@ -227,14 +242,16 @@ class Worker:
             raise SyncError("%s: a directory is in the way of the file" % path)
         os.replace(tmp, path)
         stat = os.stat(path)
-        record = load_record(item["dest"])
-        record[rel] = [stat.st_size, stat.st_mtime_ns, want["sha256"]]
-        save_record(item["dest"], record)
         with self.cond:
+            if index not in self.records:
+                self.records[index] = load_record(item["dest"])
+            self.records[index][rel] = [stat.st_size, stat.st_mtime_ns, want["sha256"]]
+            self.dirty.add(index)
             self.ready.add((index, rel))
             self.status["files_done"] += 1
             self.status["placed"].append([index, rel])
             self.cond.notify_all()
+        self.save_records()
 
     def receive(self, index, rel, stream, source, length=None):
         """Write ``stream`` to staging, check size and sha256, place -> None; SyncError when wrong."""
@@ -451,6 +468,7 @@ class Worker:
             with self.lock:
                 self.status["state"] = "failed"
                 self.status["error"] = str(exc)
+        self.save_records(force=True)
         for item in self.items:  # empty by now: each file was renamed into place or removed
             try:
                 os.rmdir(staging_path(item["dest"]))
