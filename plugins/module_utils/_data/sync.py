@@ -243,12 +243,13 @@ def summary_line(items, summary, hosts, nodes, differs):
 
 
 def human(count):
+    """Bytes as "400 B", "27.0 MiB", "1.0 GiB" (TiB at most)."""
+    units = ["B", "KiB", "MiB", "GiB", "TiB"]
     count = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if count < 1024 or unit == "TiB":
-            return ("%d %s" % (count, unit)) if unit == "B" else ("%.1f %s" % (count, unit))
+    while count >= 1024 and len(units) > 1:
         count /= 1024.0
-    return "%d B" % count  # pragma: no cover
+        units.pop(0)
+    return "%d B" % count if units[0] == "B" else "%.1f %s" % (count, units[0])
 
 
 # ------------------------------------------------------------------ 4. the node's worker

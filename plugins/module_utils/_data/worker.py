@@ -38,13 +38,10 @@ import tarfile
 import threading
 import time
 
-try:  # Python 3
-    from http.client import HTTPConnection
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-    from socketserver import ThreadingMixIn
-    from urllib.parse import quote, unquote
-except ImportError:  # pragma: no cover - the nodes run Python 3
-    raise
+from http.client import HTTPConnection
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from socketserver import ThreadingMixIn
+from urllib.parse import quote, unquote
 
 MARK = "multinode-training-data"
 RECORD = ".multinode-training-data.json"
@@ -160,8 +157,8 @@ class Worker:
             for rel in item["files"]:
                 if (index, rel) not in todo:
                     self.ready.add((index, rel))
-        self.total = sum(self.items[i]["files"][rel]["size"] for i, rel in todo)
-        self.status = {"state": "running", "bytes_total": self.total, "bytes_done": 0,
+        total = sum(self.items[i]["files"][rel]["size"] for i, rel in todo)
+        self.status = {"state": "running", "bytes_total": total, "bytes_done": 0,
                        "files_total": len(todo), "files_done": 0, "from": {}, "served": {},
                        "placed": [], "error": "", "waiting_for": "", "started": time.time()}
         self.last_request = time.time()
