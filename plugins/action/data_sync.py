@@ -18,6 +18,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._data import sync
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK, PollTimeout, bounded
 
 display = Display()
 MODULE = "multinode.training.data_sync"
@@ -103,7 +104,10 @@ class ActionModule(ActionBase):
 
     def _call(self, module_args, task_vars):
         try:
-            return self._execute_module(module_name=MODULE, module_args=module_args, task_vars=task_vars)
+            return bounded(lambda: self._execute_module(module_name=MODULE, module_args=module_args,
+                                                        task_vars=task_vars), POLL_SLACK)
+        except PollTimeout:
+            return {"failed": True, "msg": "no answer within %d s (frozen, or the module stuck on the node)" % POLL_SLACK}
         except AnsibleConnectionFailure as exc:
             return {"failed": True, "msg": "lost the connection: %s" % exc}
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK, PollTimeout, bounded
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import ClusterLive, ratio_of
 
 display = Display()
@@ -36,7 +37,14 @@ class ActionModule(ActionBase):
         live = ClusterLive(args.get("step_pattern"), ratio_of(args.get("straggler_ratio")))
         try:
             while True:
-                polled = self._execute_module(module_name=module, module_args=args, task_vars=task_vars)
+                limit = int(args.get("wait") or 10) + POLL_SLACK  # the poll's window, then the slack
+                try:
+                    polled = bounded(lambda: self._execute_module(module_name=module, module_args=args,
+                                                                  task_vars=task_vars), limit)
+                except PollTimeout:
+                    result.update(failed=True, msg="the submit host %s did not answer a poll within %d s (frozen, or "
+                                  "the module stuck on it)" % (host, limit))
+                    return result
                 # the streamed ranks' new lines, as the torchrun action prints them
                 for node, rank, text in polled.pop("stream", None) or []:
                     display.display("%s:%s %s" % (node, rank, text))

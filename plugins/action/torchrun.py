@@ -33,6 +33,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import LOG_DIR
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK, PollTimeout, bounded
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import unpack_job_archive
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, next_window, started_line, wait_args
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live, ratio_of
@@ -133,10 +134,15 @@ class ActionModule(ActionBase):
                 pass
 
     def _poll(self, args, window, task_vars, host):
-        """One long poll (O(follow_limit) ``window``) -> its result."""
+        """One long poll (O(follow_limit) ``window``) -> its result; a node that does not answer within the
+        window and POLL_SLACK fails the wait on that node, named."""
+        limit = int(window + POLL_SLACK)
         try:
-            return self._execute_module(module_name=MODULE, module_args=dict(args, follow_limit=window),
-                                        task_vars=task_vars)
+            return bounded(lambda: self._execute_module(module_name=MODULE, module_args=dict(
+                args, follow_limit=window), task_vars=task_vars), limit)
+        except PollTimeout:
+            return {"failed": True, "msg": "%s did not answer a poll within %d s (frozen, or the module stuck on "
+                    "it); the other nodes' watchers stop the job when they lose it" % (host, limit)}
         except AnsibleConnectionFailure as exc:
             # The node went away mid-job (a killed container, a dead host): the same answer on
             # every connection (ssh raises here, docker without pipelining too, docker with

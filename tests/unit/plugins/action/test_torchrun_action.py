@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.multinode.training.plugins.action import torchrun as action
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import bounded as bounded_mod
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
 
 START = {"state": "started", "script": "/c/train.py", "args": ["--steps", "2"], "nnodes": "2", "rdzv_id": "job-1",
@@ -174,3 +175,40 @@ def test_the_progress_line_leaves_out_a_streamed_local_rank_0_s_last_line(monkey
 
 def test_wait_args_carry_the_streamed_ranks():
     assert fol.wait_args(dict(START, stream_ranks=["0"]))["stream_ranks"] == ["0"]
+
+
+class _Stuck(object):
+    """A node whose module call never returns (a frozen node: the call blocks in the connection)."""
+
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None):
+        import time
+        time.sleep(30)
+        return {"done": True}
+
+
+def test_a_poll_that_gets_no_answer_fails_the_wait_on_that_node_naming_it(monkeypatch):
+    import time
+    monkeypatch.setattr(action, "POLL_SLACK", 1)
+    started = time.monotonic()
+    out = action.ActionModule._poll(_Stuck(), {"state": "finished"}, 1.0, {}, "node2")
+    assert time.monotonic() - started < 5
+    assert out["failed"] and out["msg"].startswith("node2 did not answer a poll within 2 s")
+
+
+def test_bounded_keeps_a_timer_that_was_already_running():
+    import signal
+    import time
+
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(time.monotonic()))
+    try:
+        signal.alarm(3)
+        assert bounded_mod.bounded(lambda: "answer", 60) == "answer"
+        assert 1 <= signal.alarm(0) <= 3  # the task's own timer, armed again with what was left
+        signal.alarm(1)  # due before the bound: it fires as it would have, the call goes on
+        started = time.monotonic()
+        assert bounded_mod.bounded(lambda: time.sleep(1.5) or "late", 60) == "late"
+        assert fired and fired[0] - started < 1.4
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
