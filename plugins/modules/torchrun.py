@@ -223,9 +223,10 @@ options:
     default: ""
   straggler_ratio:
     description:
-      - With O(follow), the progress lines name the slowest node so far only when its CPU plus run-queue wait per
-        step is over this many times the nodes' median (the job report's straggler rule, C(train_straggler_ratio)).
-        The node ignores it.
+      - With O(follow), the progress lines name the slowest node so far only when its time per collective not
+        spent waiting for other ranks (torch's flight recorder; without it, its CPU plus run-queue wait per step) is
+        over this many times the nodes' median (the job report's straggler rule, C(train_straggler_ratio)). The
+        node ignores it.
     type: float
     default: 1.2
   follow_limit:

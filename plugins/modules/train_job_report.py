@@ -36,7 +36,9 @@ options:
     type: str
     default: ""
   ratio:
-    description: A node whose time per step is over O(ratio) times the nodes' median is a straggler (over 1).
+    description:
+      - A node whose time per collective not spent waiting for other ranks (torch's flight recorder; without it, its
+        time per step) is over O(ratio) times the nodes' median is a straggler (over 1).
     type: float
     default: 1.2
   header:
@@ -91,7 +93,7 @@ straggler_line:
   description: The straggler verdict in one line.
   returned: success
   type: str
-  sample: "straggler: node2 2.31x the median CPU + run-queue wait per step 0.042 s (ratio > 1.2)"
+  sample: "straggler: node2 1.86x the median time per collective not spent waiting for other ranks 0.232 s (ratio > 1.2)"
 stragglers:
   description: The stragglers with their ratios.
   returned: success

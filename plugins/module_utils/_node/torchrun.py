@@ -54,6 +54,23 @@ class TorchrunError(ValueError):
 
 # ---------------------------------------------------------------- options
 
+# torch's flight recorder in every rank (TORCH_FR_BUFFER_SIZE entries): the rank's sampler reads the blocks of
+# collectives the straggler rule compares (_report.arrival) and, in a hang, the name of the collective a
+# rank waits in; the entries also serve a dump of your own (torch's fr_trace analyser). Not set here:
+# TORCH_NCCL_ENABLE_TIMING, which gives NCCL's entries each collective's GPU time (the rule prefers it to the
+# ranks' CPU clocks) but has stopped NCCL kernels from overlapping with compute (pytorch #143890,
+# TransformerEngine #1353): a user's choice, in train_env.
+FR_BUFFER = 2000
+RECORDER_ENV = {"TORCH_FR_BUFFER_SIZE": str(FR_BUFFER)}
+
+
+def recorder_env(env):
+    """Turn the flight recorder on in ``env`` (RECORDER_ENV), keeping what the user set; returns ``env``."""
+    for key, value in RECORDER_ENV.items():
+        env.setdefault(key, value)
+    return env
+
+
 def parse_nnodes(value):
     """``2`` / ``"2"`` / ``"1:4"`` -> (min, max). MIN <= MAX, both >= 1."""
     text = str(value).strip()

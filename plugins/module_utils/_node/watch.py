@@ -672,6 +672,34 @@ def rank0_line(job_dir):
     return lines[-1][-200:] if lines else None
 
 
+# The rank sampler's thread name (_node.sampler.THREAD_NAME) and how often the watcher reads its CPU time.
+SAMPLER_THREAD = "mt-sampler"
+SAMPLER_READ_EVERY = 10.0
+
+
+def sampler_cpu(pid, proc="/proc", ticks=None):
+    """CPU seconds (user + system) of rank ``pid``'s sampler thread, the task named SAMPLER_THREAD, read from
+    /proc by this process - not the sampler's own clock; None when the rank or the thread is not there."""
+    ticks = ticks or os.sysconf("SC_CLK_TCK")
+    base = os.path.join(proc, str(pid), "task")
+    try:
+        tids = os.listdir(base)
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(os.path.join(base, tid, "comm")) as handle:
+                if handle.read().strip() != SAMPLER_THREAD:
+                    continue
+            with open(os.path.join(base, tid, "stat")) as handle:
+                text = handle.read()
+            fields = text[text.rindex(")") + 2:].split()
+            return (int(fields[11]) + int(fields[12])) / float(ticks)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
 def sample_files(job_dir):
     """The job report's samples files (``samples/<restart>_<local rank>.jsonl``, _node.sampler) -> {attempt:
     [(local rank, file name)]}; {} before the first."""
@@ -697,11 +725,12 @@ def live_samples(job_dir, size=16384, keep=4):
     summed over the local ranks at ``t`` (each rank's samples interpolated to it), ``step_lines`` the lowest
     local rank's last ``keep`` candidate step lines printed by ``t`` - the figure and the steps of one
     moment, so that the controller's demand per step does not take 2 s of one node's CPU as a step's
-    (_torchrun.live.Tracker); ``lines``: its last ``keep`` candidate lines, for the latest step."""
+    (_torchrun.live.Tracker); ``lines``: its last ``keep`` candidate lines, for the latest step; ``blocks``:
+    {local rank: the flight recorder's blocks of collectives in its tail} (``frb``, _report.arrival)."""
     attempts = sample_files(job_dir)
     if not attempts:
         return None
-    series, texts = [], []
+    series, texts, blocks = [], [], {}
     for local, name in sorted(attempts[max(attempts)]):
         records, procs = [], []
         for tail in (size, size * 8, size * 64):  # until the tail holds a sample (step lines come between)
@@ -718,6 +747,9 @@ def live_samples(job_dir, size=16384, keep=4):
                 break
         if procs:
             series.append(procs)
+        found = [b for r in records if r.get("kind") == "proc" for b in r.get("frb") or []]
+        if found:
+            blocks[str(local)] = found
         if not texts:  # the lowest local rank that printed candidate lines
             texts = [(float(r.get("t") or 0), r.get("text", "")) for r in records if r.get("kind") == "line"]
     if not series and not texts:
@@ -726,7 +758,7 @@ def live_samples(job_dir, size=16384, keep=4):
     return {"t": at, "demand": round(sum(_value_at(procs, at) for procs in series), 3) if series else None,
             "step_lines": [text for t, text in texts if at is not None and t <= at][-keep:],
             "lines": [text for _t, text in texts][-keep:], "ranks": len(attempts[max(attempts)]),
-            "attempt": max(attempts)}
+            "attempt": max(attempts), "blocks": blocks}
 
 
 def read_collectives(job_dir, ranks, node, now, size=16384):
@@ -1072,6 +1104,8 @@ class Watcher(Hub):
         # hub every node's, judged by hang_check.
         self.hang_timeout = float(conf.get("hang") or 0)
         self.collectives, self.collectives_read, self.node_collectives, self.hang = [], 0.0, {}, {}
+        # The ranks' sampler threads' CPU seconds as last read from /proc ({"<restart>_<local rank>": s}).
+        self.sampler_cpu, self.sampler_read = {}, 0.0
         self.interval = float(conf.get("interval", HEARTBEAT))
         self.started = time.time()
         self.lock = threading.Lock()
@@ -1144,6 +1178,12 @@ class Watcher(Hub):
             state = "stopping" if self.stop else "running"
         if self.no_progress:
             self.read_progress(ranks)
+        if time.time() - self.sampler_read >= SAMPLER_READ_EVERY:
+            self.sampler_read = time.time()
+            for rank in ranks:
+                cpu = sampler_cpu(rank["pid"]) if rank["state"] == "running" and rank.get("pid") else None
+                if cpu is not None:
+                    self.sampler_cpu["%s_%s" % (rank.get("restart") or 0, rank.get("local_rank"))] = round(cpu, 3)
         if self.hang_timeout and time.time() - self.collectives_read >= PROGRESS_EVERY:
             self.collectives_read = time.time()
             self.collectives = read_collectives(self.job_dir, ranks, self.node, self.collectives_read)
@@ -1262,7 +1302,8 @@ class Watcher(Hub):
     def save(self, local=None, final=False):
         data = {"node": self.node, "hub": self.hub, "stop": self.stop, "failures": self.failures, "final": final,
                 "lost": self.lost, "states": self.states, "events": self.events[-50:],
-                "stop_line": describe_stop(self.stop, self.lost_after, self.lease), "time": time.time()}
+                "stop_line": describe_stop(self.stop, self.lost_after, self.lease), "time": time.time(),
+                "sampler_cpu": self.sampler_cpu}
         if local:
             data["local"] = {k: v for k, v in local.items() if k != "ranks"}
             data["ranks"] = local.get("ranks")

@@ -93,7 +93,7 @@ def step_figure(model):
         points = thin(sorted(p for steps in node["steps"].values() for p in step_times(steps)))
         if points:
             axes.plot([t - t0 for t, _s in points], [s for _t, s in points], ".-", label=host)
-    verdict = model["straggler"]
+    verdict = model.get("cpu_straggler") or model["straggler"]  # this plot's figure: per step
     if model.get("measure") == "demand":  # the rule's figure per node: CPU time + run-queue wait per step
         for host, value in model["step_time"].items():
             if value:
@@ -146,7 +146,9 @@ def _header(model, extra):
             ("lost nodes", ", ".join(model["lost"]) or "none")]
     rows += [(key, model["environment"][key]) for key in ("python", "environment", "versions")
              if key in model.get("environment", {})]
-    rows.append(("sampler cost (CPU s per node per minute)", model["sampler_cost"]))
+    sources = sorted(set((model.get("sampler_cost_source") or {}).values()))
+    rows.append(("sampler cost (CPU s per node per minute%s)" % (", " + "; ".join(sources) if sources else ""),
+                 model["sampler_cost"]))
     rows += sorted((extra or {}).items())
     if model["fabric"] is not None:
         fabric = model["fabric"]
@@ -164,6 +166,31 @@ def _failure(model):
                 failure["exitcode"], time.strftime("%H:%M:%S", time.gmtime(failure["t"])), failure["message"])))
 
 
+def arrival_table(model):
+    """Per node: the straggler figures side by side - the flight recorder's (time per collective not spent
+    waiting for other ranks, its ratio to the median, the wait and the time per collective) and the CPU
+    figure (CPU + run-queue wait per step), the secondary one; '' without either."""
+    arrival, cpu = model.get("arrival") or {}, model.get("step_time") or {}
+    main = model["straggler"] if arrival else {}
+    if not arrival and not any(cpu.values()):
+        return ""
+    head = ("node", "not waiting per collective", "ratio to the median", "wait per collective",
+            "time per collective", "blocks compared", "%s (secondary)" % (
+                "CPU + run-queue wait per step" if model.get("measure") == "demand" else "wall time per step"))
+    rows = []
+    for host in model["nodes"]:
+        fig = arrival.get(host) or {}
+        cells = [host] + (["%.4f s" % fig["work"], "%.2fx" % main.get("ratios", {}).get(host, 0),
+                           "%.4f s%s" % (fig["wait"], " (GPU)" if fig.get("gpu") else ""), "%.4f s" % fig["period"],
+                           fig["blocks"]] if fig else ["-"] * 5)
+        cells.append("%.4f s" % cpu[host] if cpu.get(host) else "-")
+        rows.append("<tr>%s</tr>" % "".join("<td>%s</td>" % html.escape(str(c)) for c in cells))
+    secondary = (model.get("cpu_straggler") or {}).get("line", "")
+    return ("<table id=\"arrival\"><tr>%s</tr>%s</table>%s" % (
+        "".join("<th>%s</th>" % html.escape(h) for h in head), "".join(rows),
+        "<p id=\"secondary\">secondary: %s</p>" % html.escape(secondary) if arrival and secondary else ""))
+
+
 def render(model, extra=None):
     """The report's HTML text."""
     t0 = _t0(model)
@@ -178,9 +205,9 @@ def render(model, extra=None):
     return ("<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Job report %s</title><style>"
             "body{font-family:sans-serif;margin:1em 2em}th{text-align:left;padding-right:1em}"
             "#straggler{font-weight:bold}</style></head><body><h1>Job report %s</h1><table>%s</table>"
-            "<p id=\"straggler\">%s</p>%s%s</body></html>\n"
+            "<p id=\"straggler\">%s</p>%s%s%s</body></html>\n"
             % (html.escape(model["job_id"]), html.escape(model["job_id"]), _header(model, extra),
-               html.escape(model["straggler"]["line"]), _failure(model), body))
+               html.escape(model["straggler"]["line"]), arrival_table(model), _failure(model), body))
 
 
 def external_references(text):

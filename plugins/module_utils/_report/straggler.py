@@ -79,7 +79,8 @@ def node_time(rank_steps, rank_samples):
     return node_step_time(rank_steps), "wall"
 
 
-BASIS = {"demand": "CPU + run-queue wait per step", "wall": "wall time per step"}
+BASIS = {"demand": "CPU + run-queue wait per step", "wall": "wall time per step",
+         "collective": "time per collective not spent waiting for other ranks"}
 # With the demand measure, a node is a straggler only when its demand over the median is at least this
 # fraction of the wall time per step: ranks that mostly wait (a sleep, the GPU, the input pipeline) use
 # a few ms of CPU per step, and a ratio over that (under a millisecond more per step) holds nobody up.

@@ -10,6 +10,7 @@ import glob
 import json
 import os
 
+from ansible_collections.multinode.training.plugins.module_utils._report import arrival as _arrival
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 
@@ -56,6 +57,7 @@ def node_model(node_dir, patterns):
         samples[key] = [r for r in records if r.get("kind") == "proc"]
         rank_steps[key] = _steps.steps([r for r in records if r.get("kind") == "line"], patterns)
     return {"job": _json(os.path.join(node_dir, "job.json")) or {},
+            "watch": _json(os.path.join(node_dir, "watch_state.json")) or {},
             "result": _json(os.path.join(node_dir, "result.json")),
             "ranks": ranks, "samples": samples, "steps": rank_steps}
 
@@ -110,18 +112,24 @@ def first_failure(all_events):
 
 
 def self_cost(nodes):
-    """The sampler's own CPU seconds per node per minute of sampling (its last sample's self_cpu, summed
-    over the node's ranks, over the sampled span)."""
-    cost = {}
+    """The samplers' CPU seconds per node per minute of sampling, over the node's ranks and the sampled span:
+    as the node's watcher read them from /proc (``watch_state.json``'s ``sampler_cpu``: from outside the rank),
+    else each sampler's own thread clock (its last sample's ``self_cpu``). -> ({host: value}, {host: source})."""
+    cost, source = {}, {}
     for host, node in nodes.items():
-        cpu, span = 0.0, 0.0
-        for series in node["samples"].values():
+        outside = (node.get("watch") or {}).get("sampler_cpu") or {}
+        cpu, span, seen = 0.0, 0.0, False
+        for key, series in node["samples"].items():
             if len(series) >= 2:
-                cpu += series[-1].get("self_cpu", 0.0)
+                if key in outside:
+                    cpu, seen = cpu + float(outside[key]), True
+                else:
+                    cpu += series[-1].get("self_cpu", 0.0)
                 span = max(span, series[-1]["t"] - series[0]["t"])
         if span > 0:
             cost[host] = round(cpu / span * 60, 4)
-    return cost
+            source[host] = "read from /proc by the node's watcher" if seen else "the sampler's own thread clock"
+    return cost, source
 
 
 def _by_value(values):
@@ -171,12 +179,19 @@ def build(run_dir, hosts=None, pattern=None, ratio=straggler.RATIO):
     times = {host: value for host, (value, _how) in measured.items()}
     measure = "wall" if "wall" in {m[1] for m in measured.values() if m[0]} else "demand"
     rank0 = [s for node in nodes.values() for key, s in node["steps"].items() if is_rank0(node, key)]
+    cpu_verdict = straggler.verdict(times, ratio, measure, wall, last_steps(nodes))
+    arrivals = _arrival.figures(_arrival.node_ranks(nodes))
+    # the flight recorder's figure decides where two nodes have one; the CPU (or wall) figure is secondary
+    main = cpu_verdict
+    if len(arrivals) >= 2:
+        main = straggler.verdict({host: arrivals.get(host, {}).get("work") for host in nodes}, ratio, "collective")
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,
-            "measure": measure, "straggler": straggler.verdict(times, ratio, measure, wall, last_steps(nodes)),
+            "measure": measure, "straggler": main, "cpu_straggler": cpu_verdict, "arrival": arrivals,
             "ratio": ratio,
             "steps_of_rank0": borrowed,
             "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
-            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes),
+            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes)[0],
+            "sampler_cost_source": self_cost(nodes)[1],
             "environment": environment(nodes)}

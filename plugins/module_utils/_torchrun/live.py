@@ -21,6 +21,7 @@ import json
 import os
 import statistics
 
+from ansible_collections.multinode.training.plugins.module_utils._report import arrival as _arrival
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
 from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, RATIO, SIGNIFICANT
 
@@ -49,6 +50,9 @@ def latest_step(lines, patterns):
 # uneven on real nodes too. A hint that names a node the report then clears costs the user's trust; 30 s
 # is nothing to a real job.
 LIVE_MIN_SECONDS = 30.0
+# The flight recorder's blocks a node's action keeps per rank for the live figure (a block is 8 to a few
+# thousand collectives: _node.sampler.block_of).
+LIVE_BLOCKS = 200
 
 
 def ratio_of(value):
@@ -70,12 +74,30 @@ class Tracker(object):
     def __init__(self, patterns):
         self.patterns = patterns
         self.base = None
+        self.attempt, self.blocks = None, {}
+
+    def arrivals(self, live):
+        """The flight recorder's blocks of this attempt so far ({local rank: [block]}, the last LIVE_BLOCKS
+        of each rank): the polls' tails overlap, each block is kept once."""
+        if live.get("attempt") != self.attempt:
+            self.attempt, self.blocks = live.get("attempt"), {}
+        for local, blocks in (live.get("blocks") or {}).items():
+            kept = self.blocks.setdefault(str(local), {})
+            for block in blocks:
+                if isinstance(block, list) and len(block) == 7:
+                    kept[(block[0], block[1])] = block
+            for key in sorted(kept, key=lambda k: kept[k][3])[:-LIVE_BLOCKS]:
+                del kept[key]
+        return {local: sorted(kept.values(), key=lambda b: b[3]) for local, kept in self.blocks.items() if kept}
 
     def update(self, live):
         if not isinstance(live, dict):
             return {}
         step, loss = latest_step(live.get("lines"), self.patterns)
         out = {key: value for key, value in (("step", step), ("loss", loss)) if value is not None}
+        blocks = self.arrivals(live)
+        if blocks:
+            out["blocks"] = blocks
         at = live.get("t")
         counted = latest_step(live.get("step_lines"), self.patterns)[0]
         if counted is None or live.get("demand") is None or at is None:
@@ -122,12 +144,41 @@ def read_shared(directory):
     return out
 
 
+def arrival_slowest(shared, ratio=RATIO):
+    """(host, ratio, "collective") of the node whose ranks reach the collectives last, by the report's rule
+    (_report.arrival: the time per collective not spent waiting, over ``ratio`` x the median), from the
+    blocks the nodes' actions shared, once blocks seen on two nodes span LIVE_MIN_SECONDS; None when no node
+    is over it or there is not enough yet; False when no node shared any block (no flight recorder: the CPU
+    figure then). A job with blocks is never judged by the CPU figure, which names the fast node of a job
+    whose ranks spin while they wait."""
+    ranks = {(host, local): [(0, block) for block in blocks]
+             for host, figures in shared.items() if isinstance(figures, dict)
+             for local, blocks in (figures.get("blocks") or {}).items() if isinstance(blocks, list)}
+    if not ranks:
+        return False
+    if len({host for host, _local in ranks}) < 2 or _arrival.span(ranks) < LIVE_MIN_SECONDS:
+        return None
+    found = _arrival.figures(ranks)
+    if len(found) < 2:
+        return None
+    work = {host: f["work"] for host, f in found.items()}
+    median = statistics.median_low(sorted(work.values()))
+    host = max(sorted(work), key=lambda h: work[h])
+    if work[host] <= ratio * median:
+        return None
+    return host, round(work[host] / median, 2), "collective"
+
+
 def slowest(shared, ratio=RATIO):
-    """(host, ratio to the median demand per step) of the slowest node so far, when the report's rule
-    would name it: over ``ratio`` x the median (the lower middle) and by at least the report's floor
+    """(host, ratio to the median, measure) of the slowest node so far, when the report's rule would name
+    it: by the flight recorder's blocks where two nodes have enough of them (arrival_slowest), else by the
+    demand per step: over ``ratio`` x the median (the lower middle) and by at least the report's floor
     (_report.straggler.SIGNIFICANT of the wall time per step: ranks that mostly wait); else None, and
     with fewer than two nodes measured. One node of an even job is always the slowest by a little:
     naming it would send a user after nothing."""
+    by_arrival = arrival_slowest(shared, ratio)
+    if by_arrival is not False:
+        return by_arrival
     known = {host: f["per_step"] for host, f in shared.items() if isinstance(f, dict) and f.get("per_step")}
     if len(known) < 2:
         return None
@@ -138,7 +189,11 @@ def slowest(shared, ratio=RATIO):
         return None
     if walls and known[host] - median < SIGNIFICANT * statistics.median(walls):
         return None
-    return host, round(known[host] / median, 2)
+    return host, round(known[host] / median, 2), "demand"
+
+
+# What the progress line says the slowest node's ratio is of.
+LIVE_BASIS = {"collective": "time per collective not spent waiting", "demand": "CPU per step"}
 
 
 def suffix(figures, slow):
@@ -149,7 +204,7 @@ def suffix(figures, slow):
     elif "loss" in figures:
         parts.append("loss %.4g" % figures["loss"])
     if slow:
-        parts.append("slowest so far: %s %.2fx the median CPU per step" % slow)
+        parts.append("slowest so far: %s %.2fx the median %s" % (slow[0], slow[1], LIVE_BASIS[slow[2]]))
     return "".join(" | " + part for part in parts)
 
 
@@ -187,7 +242,7 @@ class Live(object):
         figures = self.tracker.update(polled.get("live"))
         slow = None
         if self.directory:
-            if figures.get("per_step"):
+            if figures.get("per_step") or figures.get("blocks"):
                 share(self.directory, self.host, figures)
             slow = slowest(read_shared(self.directory), self.ratio)
         return suffix(figures, slow)

@@ -19,6 +19,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     TorchrunError,
     build_argv,
     check_env,
+    recorder_env,
     count_gpus_nvidia_smi,
     mask,
     parse_env_file,
@@ -38,11 +39,6 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc 
 from ansible_collections.multinode.training.plugins.module_utils._train.listener import stop_stale
 from ansible_collections.multinode.training.plugins.module_utils._train.security import table_name
 
-# Entries of torch's flight recorder per rank (TORCH_FR_BUFFER_SIZE) in a job watched for hangs: in a hang
-# the sampler reads the name of the collective a rank waits in there; they also serve a dump of your own
-# (torch's fr_trace analyser).
-FR_BUFFER = 2000
-
 
 def gpu_count(smi_rc, smi_out, proc_gpus="/proc/driver/nvidia/gpus"):
     """GPUs of this node: ``nvidia-smi -L`` when it ran (rc 0), else the driver's /proc entries, else 0."""
@@ -54,7 +50,7 @@ def gpu_count(smi_rc, smi_out, proc_gpus="/proc/driver/nvidia/gpus"):
         return 0
 
 
-def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0, hang_timeout=0):
+def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0):
     """The job's environment -> (environment, secret values).
 
     ``base_env`` (the module's environment), then the env files in order, then ``env``; the job
@@ -64,8 +60,9 @@ def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0, hang_ti
     restarted group reads the previous group's keys from it (the ranks' addresses, NCCL's
     unique id) and connects to dead peers (pytorch #135712; seen here as gloo's "Connection
     refused" to a rank of the lost attempt); unshared, every rendezvous round gets a new store.
-    A job watched for hangs (``hang_timeout`` > 0) gets TORCH_FR_BUFFER_SIZE=2000 unless set: torch's flight
-    recorder, whose status of each rank's collectives the rank's sampler reads (_node.sampler).
+    Every job gets torch's flight recorder (_node.torchrun.recorder_env: TORCH_FR_BUFFER_SIZE=2000 unless
+    set), whose entries the rank's sampler reads (_node.sampler): the straggler rule's blocks of collectives,
+    and in a hang the collective a rank waits in.
     Raises TorchrunError naming the file or the key.
     """
     own = {}
@@ -95,8 +92,7 @@ def build_env(env_files, env, job_id, job_dir, base_env, max_restarts=0, hang_ti
     full["TORCHELASTIC_ERROR_FILE"] = os.path.join(job_dir, "torchrun_error.json")
     if max_restarts and int(max_restarts) > 0:
         full.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
-    if hang_timeout and int(hang_timeout) > 0:
-        full.setdefault("TORCH_FR_BUFFER_SIZE", str(FR_BUFFER))
+    recorder_env(full)
     return full, secret_values(own)
 
 
@@ -163,7 +159,7 @@ def plan_start(module, python, job_id, job_dir, host, result):
                     wrapper=os.path.join(job_dir, RANK_WRAPPER))
         argv = build_argv(python, opts)
         env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ,
-                                 max_restarts=p["max_restarts"], hang_timeout=p["hang_timeout"])
+                                 max_restarts=p["max_restarts"])
     except TorchrunError as exc:
         module.fail_json(msg="%s (on %s)" % (exc, host), **result)
     return argv, env, secrets, nproc, gpus

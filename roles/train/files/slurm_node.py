@@ -251,7 +251,7 @@ def fabric_verdict(opts):
 
 def run(opts):
     sys.path.insert(0, HERE)
-    from _torchrun import JOB_DIR_ENV, JOB_ENV, STOP_GRACE, parse_env_file  # pylint: disable=import-error
+    from _torchrun import JOB_DIR_ENV, JOB_ENV, STOP_GRACE, parse_env_file, recorder_env  # pylint: disable=import-error
 
     node = node_name()
     job_id = "slurm-%s" % os.environ.get("SLURM_JOB_ID", "0")
@@ -276,6 +276,7 @@ def run(opts):
         env["PET_TEE"] = "3"
     env.setdefault("LOGLEVEL", "INFO")
     env.setdefault("PYTHONUNBUFFERED", "1")
+    recorder_env(env)  # the straggler rule's and the hang's flight recorder, as under the ssh launcher
     argv = opts.argv
     if not argv:
         sys.stderr.write("slurm_node.py run: no command after --\n")

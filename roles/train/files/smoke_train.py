@@ -16,6 +16,12 @@ SIGTERM and block after the all-reduce, as NCCL ranks in a collective with a
 dead peer do. --step-seconds N: a long job (N seconds per step). --linger-rank R
 --linger-seconds S: rank R works S seconds more after the last collective (as a
 rank writing the final checkpoint while the others have exited).
+
+A GPU job's shape without a GPU (--skip-deepspeed --device-seconds S): every step the rank's "device" works
+S seconds, then the ranks all-reduce. --device-wait spin (the default) waits as CUDA's default synchronisation
+does: spinning to the device's deadline, then spinning until the all-reduce is done; --spin-thread keeps a
+second thread of every rank busy in native code (matrix products) throughout, as NCCL's proxy threads are;
+--device-wait sleep waits as blocking synchronisation does. --slow-ranks R,R --slow-factor F: those ranks' device takes F times as long.
 """
 from __future__ import annotations
 
@@ -43,6 +49,11 @@ def parse_args(argv=None):
                         help="with --skip-deepspeed --step-seconds: every step all-reduces, and this rank stops "
                              "entering them at --hang-step (it sleeps; the others wait in the all-reduce)")
     parser.add_argument("--hang-step", type=int, default=3)
+    parser.add_argument("--device-seconds", type=float, default=0.0)
+    parser.add_argument("--device-wait", default="spin", choices=("spin", "sleep"))
+    parser.add_argument("--spin-thread", action="store_true")
+    parser.add_argument("--slow-ranks", default="", help="comma-separated global ranks")
+    parser.add_argument("--slow-factor", type=float, default=2.0)
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger-seconds", type=float, default=0.0)
     parser.add_argument("--checkpoint-dir", default="")
@@ -75,18 +86,33 @@ def _fail(args, rank, step):
 
 def _steps(args, rank):
     """--step-seconds: a long job without DeepSpeed; --hang-others: the other ranks block for good;
-    --hang-rank: an all-reduce every step, which that rank stops entering (a hang)."""
+    --hang-rank: an all-reduce every step, which that rank stops entering (a hang); --device-seconds: a
+    GPU-shaped step (the device's time, then an all-reduce)."""
     import signal
     import time
-
-    import torch
-    import torch.distributed as dist
 
     if args.hang_others and args.fail_rank >= 0 and args.fail_rank != rank:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print("smoke: rank=%d blocking (SIGTERM ignored)" % rank, flush=True)
         while True:
             time.sleep(1)
+    device = args.device_seconds
+    if str(rank) in [r.strip() for r in args.slow_ranks.split(",")]:
+        device *= args.slow_factor
+    stop_spinner = _spinner() if args.spin_thread else None
+    try:
+        _step_loop(args, rank, device)
+    finally:
+        if stop_spinner:
+            stop_spinner()
+
+
+def _step_loop(args, rank, device):
+    import time
+
+    import torch
+    import torch.distributed as dist
+
     for step in range(1, args.steps + 1):
         if args.fail_rank == rank and step == args.fail_step:
             print("smoke: rank=%d failing at step %d time=%.3f" % (rank, step, time.time()), flush=True)
@@ -96,9 +122,52 @@ def _steps(args, rank):
             while True:
                 time.sleep(3600)
         time.sleep(args.step_seconds)
-        if args.hang_rank >= 0:
+        if device:
+            _device_wait(device, args.device_wait)
+        if device and args.device_wait == "spin":
+            # as a rank synchronising with its GPU under CUDA's default: the CPU spins until the collective is done
+            work = dist.all_reduce(torch.ones(1), async_op=True)
+            while not work.is_completed():
+                pass
+            work.wait()
+        elif args.hang_rank >= 0 or device:
             dist.all_reduce(torch.ones(1))
         print("smoke: rank=%d step=%d" % (rank, step), flush=True)
+
+
+def _device_wait(seconds, how):
+    """The device's time of one step: spun to a deadline (CUDA's default sync) or slept (blocking sync)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    if how == "sleep":
+        time.sleep(seconds)
+        return
+    while time.monotonic() < deadline:
+        pass
+
+
+def _spinner():
+    """A thread that stays busy in native code (as NCCL's proxy threads do) until the returned stop() is
+    called (a thread still inside torch as the interpreter exits aborts the process)."""
+    import threading
+
+    import torch
+
+    done = threading.Event()
+
+    def spin():
+        a = torch.rand(96, 96)
+        while not done.is_set():
+            a = torch.mm(a, a).clamp_(-1, 1)
+
+    thread = threading.Thread(target=spin, name="smoke-spinner", daemon=True)
+    thread.start()
+
+    def stop():
+        done.set()
+        thread.join()
+    return stop
 
 
 def _run(args):
@@ -121,7 +190,7 @@ def _run(args):
     if total != expected:
         raise RuntimeError("all-reduce of ranks gave %d, expected %d" % (total, expected))
 
-    if args.skip_deepspeed and (args.step_seconds or args.hang_others):
+    if args.skip_deepspeed and (args.step_seconds or args.hang_others or args.device_seconds):
         _steps(args, rank)
     elif not args.skip_deepspeed:
         train(args, rank, world_size, device)

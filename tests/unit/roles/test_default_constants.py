@@ -28,3 +28,25 @@ def test_train_defaults_mirror_the_constants():
     checked = {name: defaults[name] for name in MIRRORS if name in defaults}
     assert checked == {name: MIRRORS[name] for name in checked}
     assert "train_straggler_ratio" in checked
+
+
+# The modules' documented defaults (DOCUMENTATION is YAML: it cannot import) and the role's argument specs
+# say the same as the constant the code uses: a planted 1.3 in any of them fails here.
+DOCUMENTED = {
+    ("torchrun", "straggler_ratio"): straggler.RATIO,
+    ("slurm_job", "straggler_ratio"): straggler.RATIO,
+    ("train_job_report", "ratio"): straggler.RATIO,
+    ("slurm_job", "fabric_ratio"): verdict.RATIO,
+}
+
+
+def test_documented_defaults_are_the_constants():
+    for (module, option), value in DOCUMENTED.items():
+        text = (ROOT / "plugins" / "modules" / ("%s.py" % module)).read_text()
+        doc = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+        assert doc["options"][option]["default"] == value, (module, option)
+    specs = yaml.safe_load((ROOT / "roles" / "train" / "meta" / "argument_specs.yml").read_text())
+    for entry in specs["argument_specs"].values():
+        for name, value in MIRRORS.items():
+            if name in entry.get("options", {}) and "default" in entry["options"][name]:
+                assert entry["options"][name]["default"] == value, name

@@ -192,3 +192,118 @@ def test_the_sampler_adds_the_stack_and_the_waited_collective_while_the_status_s
         assert "stack" not in s.collectives(final=True)  # the last sample, from the script's own thread
     finally:
         s.stop()
+
+
+def test_blocks_depend_on_the_sequence_number_alone():
+    assert sampler.block_of(1) == (1, 8) and sampler.block_of(8) == (1, 8) and sampler.block_of(9) == (9, 8)
+    assert sampler.block_of(1024) == (1017, 8) and sampler.block_of(1025) == (1025, 16)
+    assert sampler.block_of(2049) == (2049, 32) and sampler.block_of(5000) == (4993, 64)
+    for seq in range(1, 20000, 7):  # every block holds its number and tiles the numbers without a gap
+        first, size = sampler.block_of(seq)
+        assert first <= seq < first + size
+        assert sampler.block_of(first) == sampler.block_of(first + size - 1) == (first, size)
+        assert sampler.block_of(first + size)[0] == first + size
+    # a job of an hour at 1000 collectives a second records some 900 blocks per group
+    count, seq = 0, 1
+    while seq <= 3600 * 1000:
+        seq += sampler.block_of(seq)[1]
+        count += 1
+    assert 800 < count < 1000
+
+
+def _entry(seq, t, pg=0, duration=None, p2p=False):
+    entry = {"pg_id": pg, "collective_seq_id": seq, "time_created_ns": int(t * 1e9), "is_p2p": p2p,
+             "profiling_name": "gloo:all_reduce"}
+    if duration is not None:
+        entry["duration_ms"] = duration
+    return entry
+
+
+def test_fr_blocks_records_each_complete_block_once():
+    entries = [_entry(seq, 100 + seq * 0.5) for seq in range(1, 21)] + [_entry(0, 100, p2p=True)]
+    after = {}
+    blocks = sampler.fr_blocks(entries, {"0": [20, 17]}, after)
+    assert blocks == [["0", 1, 8, 100.5, 104.0, 102.25, None], ["0", 9, 8, 104.5, 108.0, 106.25, None]]
+    assert after == {"0": 17}
+    assert sampler.fr_blocks(entries, {"0": [20, 20]}, after) == []  # 17-24 is not complete yet
+    more = entries + [_entry(seq, 100 + seq * 0.5, duration=2.0) for seq in range(21, 25)]
+    assert sampler.fr_blocks(more, {"0": [24, 24]}, after) == [["0", 17, 8, 108.5, 112.0, 110.25, None]]
+    # every collective of the block with its GPU duration: their mean; the recorder dropped 1-10: from 17 on
+    timed = [_entry(seq, 100 + seq, duration=float(seq)) for seq in range(11, 25)]
+    assert sampler.fr_blocks(timed, {"0": [24, 24]}, {}) == [["0", 17, 8, 117.0, 124.0, 120.5, 20.5]]
+    # a block with a hole (an entry missing) is passed over, and so is a group in a status of none
+    holed = [e for e in entries if e["collective_seq_id"] != 3]
+    assert [b[1] for b in sampler.fr_blocks(holed, {"0": [20, 20]}, {})] == [9]
+    assert sampler.fr_blocks(entries, {}, {}) == []
+
+
+def test_the_sampler_records_blocks_with_one_dump_per_new_block(tmp_path, monkeypatch):
+    entries = [_entry(seq, 100 + seq) for seq in range(1, 9)]
+    c10d = _C10d(_status(7, 7), entries)
+    monkeypatch.setitem(sys.modules, "torch.distributed", _Dist())
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", c10d)
+    s = sampler.Sampler(str(tmp_path / "0_0.jsonl"), os.getpid(), 1)
+    try:
+        assert "frb" not in s.collectives() and c10d.calls == [False]  # 7 of 8: the status alone
+        c10d.status = _status(8, 8)
+        assert s.collectives()["frb"] == [["0", 1, 8, 101.0, 108.0, 104.5, None]]
+        assert c10d.calls == [False, False, True]  # one dump of the entries
+        assert "frb" not in s.collectives() and c10d.calls[-1] is False  # recorded once
+    finally:
+        s.stop()
+
+
+def test_the_watcher_reads_the_sampler_threads_cpu_from_proc(tmp_path):
+    """A real sampler thread in this process, found by its kernel name and read from /proc, as the node's
+    watcher (another process) reads it; a thread that spins is charged with its spinning."""
+    import threading
+    import time
+
+    from ansible_collections.multinode.training.plugins.module_utils._node import watch
+
+    assert watch.SAMPLER_THREAD == sampler.THREAD_NAME
+    assert watch.sampler_cpu(os.getpid()) is None  # no sampler thread yet
+    done = threading.Event()
+
+    def busy():
+        sampler.name_thread(sampler.THREAD_NAME)
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+        done.wait(10)
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        deadline = time.time() + 10
+        while (watch.sampler_cpu(os.getpid()) or 0) < 0.25 and time.time() < deadline:
+            time.sleep(0.05)
+        assert 0.25 <= watch.sampler_cpu(os.getpid()) < 5
+    finally:
+        done.set()
+        thread.join()
+    assert watch.sampler_cpu(999999999) is None
+
+
+def test_the_entries_are_dumped_at_most_every_dump_every_seconds_unless_half_are_new(tmp_path, monkeypatch):
+    entries = [_entry(seq, 100 + seq) for seq in range(1, 1100)]
+    c10d = _C10d(_status(8, 8), entries)
+    monkeypatch.setitem(sys.modules, "torch.distributed", _Dist())
+    monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", c10d)
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "2000")
+    s = sampler.Sampler(str(tmp_path / "0_0.jsonl"), os.getpid(), 1)
+    try:
+        assert [b[1] for b in s.collectives()["frb"]] == [1]
+        c10d.status = _status(16, 16)
+        assert "frb" not in s.collectives() and c10d.calls.count(True) == 1  # within DUMP_EVERY: not yet
+        assert [b[1] for b in s.collectives(final=True)["frb"]] == [9]  # the last sample: at once
+        c10d.status = _status(1016, 1016)  # 1000 new, half the recorder: at once
+        assert len(s.collectives()["frb"]) == 125 and c10d.calls.count(True) == 3
+        c10d.status = _status(1024, 1024)
+        assert "frb" not in s.collectives()
+        monkeypatch.setattr(sampler, "DUMP_EVERY", 0.0)
+        assert [b[1] for b in s.collectives()["frb"]] == [1017]
+    finally:
+        s.stop()
+    assert sampler.fr_buffer({"TORCH_FR_BUFFER_SIZE": "50"}) == 50 and sampler.fr_buffer({}) == 2000
+    assert sampler.fr_buffer({"TORCH_FR_BUFFER_SIZE": "x"}) == 2000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html.parser
 import json
+import re
 import shutil
 
 import pytest
@@ -191,3 +192,30 @@ def test_a_long_job_report_stays_small(tmp_path):
     result = job.report({"run_dir": str(JOBS / "ok_long"), "dest": str(tmp_path / "report.html")})
     # 1000 steps x 4 ranks: about 700 KB with every point of every series
     assert result["size"] < 350_000
+
+
+def test_report_shows_both_figures_per_node(tmp_path):
+    # the flight recorder's figure decides; the CPU figure stays beside it, and its verdict is printed as secondary
+    result = job.report({"run_dir": str(JOBS / "spin_slow"), "hosts": HOSTS, "dest": str(tmp_path / "report.html")})
+    text = (tmp_path / "report.html").read_text()
+    assert result["straggler_line"].startswith("straggler: default-node2 ")
+    table = text[text.index('<table id="arrival">'):text.index("</table>", text.index('<table id="arrival">'))]
+    assert table.count("<tr>") == 3 and "<th>not waiting per collective</th>" in table
+    assert re.search(r"<td>default-node2</td><td>0\.[0-9]+ s</td><td>1\.[6-9][0-9]x</td>", table)
+    assert "<th>CPU + run-queue wait per step (secondary)</th>" in table
+    assert '<p id="secondary">secondary: no straggler: every node within 1.2x the median CPU' in text
+    # a job without blocks: no secondary line, the table holds the CPU figure alone
+    job.report({"run_dir": str(JOBS / "slow"), "hosts": HOSTS, "dest": str(tmp_path / "old.html")})
+    old = (tmp_path / "old.html").read_text()
+    assert 'id="secondary"' not in old and "<td>default-node1</td><td>-</td>" in old
+
+
+def test_sampler_cost_read_from_outside_is_preferred(tmp_path):
+    shutil.copytree(str(JOBS / "ok"), str(tmp_path / "ok"))
+    own = timeline.build(str(tmp_path / "ok"), HOSTS)
+    assert set(own["sampler_cost_source"].values()) == {"the sampler's own thread clock"}
+    (tmp_path / "ok" / HOSTS[1] / "watch_state.json").write_text(json.dumps({"sampler_cpu": {"0_0": 3.0, "0_1": 3.0}}))
+    model = timeline.build(str(tmp_path / "ok"), HOSTS)
+    assert model["sampler_cost_source"][HOSTS[1]] == "read from /proc by the node's watcher"
+    assert model["sampler_cost"][HOSTS[1]] > 10 * own["sampler_cost"][HOSTS[1]]
+    assert model["sampler_cost"][HOSTS[0]] == own["sampler_cost"][HOSTS[0]]

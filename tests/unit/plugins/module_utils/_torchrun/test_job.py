@@ -172,11 +172,12 @@ def test_build_env_keeps_a_loglevel_the_user_set():
     assert env["LOGLEVEL"] == "WARNING" and env["PYTHONUNBUFFERED"] == "0" and secrets == []
 
 
-def test_build_env_turns_the_flight_recorder_on_for_a_job_watched_for_hangs():
-    assert "TORCH_FR_BUFFER_SIZE" not in start_mod.build_env([], {}, "j", "/d", {})[0]
-    assert start_mod.build_env([], {}, "j", "/d", {}, hang_timeout=300)[0]["TORCH_FR_BUFFER_SIZE"] == "2000"
-    mine = start_mod.build_env([], {"TORCH_FR_BUFFER_SIZE": "50"}, "j", "/d", {}, hang_timeout=300)[0]
-    assert mine["TORCH_FR_BUFFER_SIZE"] == "50"
+def test_build_env_turns_the_flight_recorder_on_for_every_job():
+    env = start_mod.build_env([], {}, "j", "/d", {})[0]
+    # GPU timing stays the user's choice: it has stopped NCCL kernels overlapping with compute
+    assert env["TORCH_FR_BUFFER_SIZE"] == "2000" and "TORCH_NCCL_ENABLE_TIMING" not in env
+    mine = start_mod.build_env([], {"TORCH_FR_BUFFER_SIZE": "50", "TORCH_NCCL_ENABLE_TIMING": "1"}, "j", "/d", {})[0]
+    assert mine["TORCH_FR_BUFFER_SIZE"] == "50" and mine["TORCH_NCCL_ENABLE_TIMING"] == "1"
 
 
 def test_build_env_unshares_the_rendezvous_store_only_for_a_restartable_job():

@@ -65,8 +65,8 @@ def test_throttled_job_names_node2_the_slowest_so_far(tmp_path):
     # about 100 s of steps with default-node2 at 0.2 CPUs, polled every 3 s (the molecule job's interval)
     lines, shared = _replay(tmp_path, "slow_long", every=3.0)
     figures = live.read_shared(str(shared))
-    host, ratio = live.slowest(figures)
-    assert host == "default-node2" and ratio > 1.5
+    host, ratio, measure = live.slowest(figures)
+    assert host == "default-node2" and ratio > 1.5 and measure == "demand"  # recorded before the blocks
     # the same figures as the job report's (CPU + run-queue wait per step over the whole job)
     report = timeline.build(os.path.join(JOBS, "slow_long"))
     assert report["measure"] == "demand"
@@ -112,11 +112,11 @@ def test_a_node_named_only_over_the_ratio_and_the_floor():
     assert live.slowest(waiting) is None
     for figures in waiting.values():
         figures["wall_per_step"] = 0.05
-    assert live.slowest(waiting) == ("n2", 5.0)
+    assert live.slowest(waiting) == ("n2", 5.0, "demand")
     # 1.15x is within the default ratio; over a ratio of 1.1 it is named
     even = {"n1": {"per_step": 0.020, "wall_per_step": 0.025}, "n2": {"per_step": 0.023, "wall_per_step": 0.025}}
     assert live.slowest(even) is None
-    assert live.slowest(even, ratio=1.1) == ("n2", 1.15)
+    assert live.slowest(even, ratio=1.1) == ("n2", 1.15, "demand")
 
 
 def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path):
@@ -132,7 +132,7 @@ def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path)
     (samples / "notes.txt").write_text("not a sample")
     got = live_samples(str(tmp_path))
     # one moment for both ranks, the older latest sample (10): rank 1 between its samples at 9 and 11
-    assert got == {"demand": 3.5, "ranks": 2, "t": 10.0, "attempt": 1,
+    assert got == {"demand": 3.5, "ranks": 2, "t": 10.0, "attempt": 1, "blocks": {},
                    "step_lines": ["smoke: rank=0 step=5 loss=0.6"],
                    "lines": ["smoke: rank=0 step=5 loss=0.6", "smoke: rank=0 step=7 loss=0.5"]}
     assert live_samples(str(tmp_path / "nowhere")) is None
@@ -176,7 +176,9 @@ def test_latest_step_and_a_pattern_without_a_step():
     assert live.latest_step(["smoke: rank=0 step=3 loss=0.1", "noise"], patterns) == (3, 0.1)
     assert live.latest_step([hf], patterns) == (None, 0.75)
     assert live.suffix({"loss": 0.75}, None) == " | loss 0.75"
-    assert live.suffix({}, ("n2", 2.5)) == " | slowest so far: n2 2.50x the median CPU per step"
+    assert live.suffix({}, ("n2", 2.5, "demand")) == " | slowest so far: n2 2.50x the median CPU per step"
+    assert live.suffix({}, ("n2", 1.9, "collective")) == (
+        " | slowest so far: n2 1.90x the median time per collective not spent waiting")
 
 
 def test_ratio_of_the_actions_argument():
@@ -190,12 +192,15 @@ def test_slowest_needs_two_measured_nodes(tmp_path):
     assert live.slowest(live.read_shared(directory)) is None
     live.share(directory, "n2", {"step": 3, "per_step": 0.5})
     live.share(directory, "n3", {"step": 3})
-    assert live.slowest(live.read_shared(directory)) == ("n2", 2.5)
+    assert live.slowest(live.read_shared(directory)) == ("n2", 2.5, "demand")
 
 
-def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path):
-    """The Slurm launcher's view: one poll carries every node's samples (the shared job directory)."""
-    job = os.path.join(JOBS, "slow_long")
+@pytest.mark.parametrize("name, measure", [("slow_long", "CPU per step"),
+                                           ("spin_slow", "time per collective not spent waiting")])
+def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path, name, measure):
+    """The Slurm launcher's view: one poll carries every node's samples (the shared job directory); a job
+    recorded before the blocks by the CPU figure, a GPU-shaped one by the flight recorder's."""
+    job = os.path.join(JOBS, name)
     hosts = sorted(os.listdir(job))
     cluster = live.ClusterLive("")
     first, last = _span(job)
@@ -209,7 +214,40 @@ def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path):
             polled[host] = live_samples(str(node))
         line = cluster.line(polled)
         at += 5.0
-    assert re.match(r" [|] step [0-9]+, loss ", line)
-    assert line.endswith(" | slowest so far: default-node2 %.2fx the median CPU per step"
-                         % live.slowest(cluster.figures)[1])
+    assert re.search(r" [|] step [0-9]+", line)
+    assert line.endswith(" | slowest so far: default-node2 %.2fx the median %s"
+                         % (live.slowest(cluster.figures)[1], measure))
     assert live.ClusterLive("").line({}) == ""
+
+
+@pytest.mark.parametrize("name", ["spin_slow", "sleep_slow"])
+def test_gpu_shaped_slow_node_is_named_from_the_flight_recorder(tmp_path, name):
+    # ranks that spin (or sleep) while their device works, node2's twice as long: polled every 3 s, the lines
+    # that name a node name node2 by the flight recorder's figure, as the report does
+    named = []
+    lines, shared = _replay(tmp_path, name, every=3.0, named=named)
+    assert named and set(named) == {"default-node2"}
+    host, ratio, measure = live.slowest(live.read_shared(str(shared)))
+    assert (host, measure) == ("default-node2", "collective") and ratio > 1.6
+    report = timeline.build(os.path.join(JOBS, name))
+    assert ratio == pytest.approx(report["straggler"]["ratios"]["default-node2"], rel=0.1)
+    assert lines["default-node2"].endswith(
+        " | slowest so far: default-node2 %.2fx the median time per collective not spent waiting" % ratio)
+
+
+@pytest.mark.parametrize("every", [1.0, 3.0])
+def test_gpu_shaped_even_job_names_no_slowest_node(tmp_path, every):
+    named = []
+    _lines, shared = _replay(tmp_path, "spin_even", every=every, named=named)
+    assert named == []
+    assert live.arrival_slowest(live.read_shared(str(shared))) is None  # judged, and nobody over the ratio
+
+
+def test_arrival_needs_two_nodes_and_live_min_seconds(tmp_path):
+    block = ["0", 1, 8, 100.0, 102.1, 101.05, None]
+    one = {"n1": {"blocks": {"0": [block]}}, "n2": {"step": 3, "per_step": 0.9, "wall_per_step": 1.0}}
+    assert live.arrival_slowest(one) is None  # blocks, not yet enough: nobody, not the CPU figure
+    assert live.slowest(dict(one, n3={"per_step": 0.1, "wall_per_step": 1.0})) is None
+    short = {"n1": {"blocks": {"0": [block]}}, "n2": {"blocks": {"0": [block]}}}
+    assert live.arrival_slowest(short) is None  # one block: under LIVE_MIN_SECONDS
+    assert live.arrival_slowest({"n1": {"per_step": 0.2}, "n2": {"per_step": 0.5}}) is False  # no recorder
