@@ -9,6 +9,7 @@ so that the wait on that node fails naming it, and the play goes on to stop the 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 
 # How long a poll may take beyond its window before the node counts as not answering: the last poll of a job
@@ -22,11 +23,14 @@ class PollTimeout(Exception):
 
 def bounded(call, seconds):
     """call() -> its value, or PollTimeout after ``seconds`` (SIGALRM in this worker process, the action's
-    main thread). A timer already running (the task's own ``timeout``) is kept: when it is due first, it
-    fires as it would have; else it is armed again afterwards with what is left of it."""
+    main thread; from another thread, the call runs unbounded). A timer already running (the task's own
+    ``timeout``) is kept: when it is due first, it fires as it would have; else it is armed again afterwards
+    with what is left of it."""
     def expire(_signum, _frame):
         raise PollTimeout()
 
+    if threading.current_thread() is not threading.main_thread():
+        return call()  # a signal handler can be set from the main thread only: unbounded there
     previous = signal.signal(signal.SIGALRM, expire)
     pending = signal.alarm(int(seconds))
     started = time.monotonic()

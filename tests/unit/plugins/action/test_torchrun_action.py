@@ -212,3 +212,13 @@ def test_bounded_keeps_a_timer_that_was_already_running():
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+
+
+def test_bounded_off_the_main_thread_runs_the_call_unbounded():
+    import threading
+
+    got = []
+    thread = threading.Thread(target=lambda: got.append(bounded_mod.bounded(lambda: "answer", 1)))
+    thread.start()
+    thread.join(10)
+    assert got == ["answer"]
