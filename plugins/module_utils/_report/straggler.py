@@ -2,6 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Step time per node and the straggler rule.
 
+The verdict (``verdict``) judges whatever figure per node it is given: the flight recorder's time per
+collective not spent waiting (_report.arrival), which decides wherever two nodes have one, or the CPU and
+wall figures below, the report's secondary column and the verdict of jobs without the recorder's blocks.
+
 In a job whose steps are synchronous (data parallel: every step ends in a collective) every node
 prints its steps at the same pace, the slow node's pace; the wall time between step lines cannot
 tell which node holds the others up. What differs is how long each node's ranks wanted the CPU per

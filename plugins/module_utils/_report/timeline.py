@@ -183,6 +183,7 @@ def build(run_dir, hosts=None, pattern=None, ratio=straggler.RATIO):
     arrivals = _arrival.figures(_arrival.node_ranks(nodes))
     # the flight recorder's figure decides where two nodes have one; the CPU (or wall) figure is secondary
     main = cpu_verdict
+    cost, cost_source = self_cost(nodes)
     if len(arrivals) >= 2:
         main = straggler.verdict({host: arrivals.get(host, {}).get("work") for host in nodes}, ratio, "collective")
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
@@ -192,6 +193,6 @@ def build(run_dir, hosts=None, pattern=None, ratio=straggler.RATIO):
             "ratio": ratio,
             "steps_of_rank0": borrowed,
             "loss": [s for s in (rank0[0] if rank0 else []) if s["loss"] is not None],
-            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": self_cost(nodes)[0],
-            "sampler_cost_source": self_cost(nodes)[1],
+            "fabric": _json(os.path.join(run_dir, "fabric.json")), "sampler_cost": cost,
+            "sampler_cost_source": cost_source,
             "environment": environment(nodes)}
