@@ -85,13 +85,19 @@ def compare(cluster):
     return period, {rid: late - b[T_MEAN] for rid, b in cluster.items()}, False
 
 
-def figures(ranks, since=None):
+def compared(ranks):
+    """The matched copies (``matched``) seen on two or more hosts: the blocks that compare nodes."""
+    return [c for c in matched(ranks) if len({rid[0] for rid in c}) >= 2]
+
+
+def figures(ranks, clusters=None):
     """{(host, rank key): [(segment, block)]} -> {host: {work, wait, period, blocks, gpu}} for every host with
     a rank over MIN_BLOCKS compared blocks: ``work`` the median over its ranks of the time per collective not
     spent waiting, ``wait`` and ``period`` the same medians of the wait and of the time per collective,
     ``blocks`` the blocks compared, ``gpu`` whether GPU durations decided. Only the complete copies count
-    (as many ranks as the most seen for that group) seen on two or more hosts, from ``since`` on."""
-    clusters = [c for c in matched(ranks) if len({rid[0] for rid in c}) >= 2]
+    (as many ranks as the most seen for that group) seen on two or more hosts; ``clusters``: those copies
+    (``compared(ranks)``) where the caller has them already."""
+    clusters = compared(ranks) if clusters is None else clusters
     most = {}
     for cluster in clusters:
         pg = next(iter(cluster.values()))[PG]
@@ -99,7 +105,7 @@ def figures(ranks, since=None):
     sums = {}
     for cluster in clusters:
         block = next(iter(cluster.values()))
-        if len(cluster) < most[block[PG]] or (since is not None and block[T_FIRST] < since):
+        if len(cluster) < most[block[PG]]:
             continue
         period, waits, gpu = compare(cluster)
         for rid, wait in waits.items():
@@ -130,7 +136,7 @@ def node_ranks(nodes):
             for key, records in node["samples"].items()}
 
 
-def span(ranks):
-    """Seconds between the first and the last block seen on two or more hosts (0 with none)."""
-    times = [b[T_FIRST] for c in matched(ranks) if len({rid[0] for rid in c}) >= 2 for b in c.values()]
+def span(clusters):
+    """Seconds between the first and the last of the compared blocks (``compared``; 0 with none)."""
+    times = [b[T_FIRST] for c in clusters for b in c.values()]
     return max(times) - min(times) if times else 0.0

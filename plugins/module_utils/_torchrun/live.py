@@ -23,7 +23,7 @@ import statistics
 
 from ansible_collections.multinode.training.plugins.module_utils._report import arrival as _arrival
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
-from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, RATIO, SIGNIFICANT
+from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, RATIO, SIGNIFICANT, verdict
 
 LIVE_DIR = ".live"
 
@@ -156,17 +156,15 @@ def arrival_slowest(shared, ratio=RATIO):
              for local, blocks in (figures.get("blocks") or {}).items() if isinstance(blocks, list)}
     if not ranks:
         return False
-    if len({host for host, _local in ranks}) < 2 or _arrival.span(ranks) < LIVE_MIN_SECONDS:
+    clusters = _arrival.compared(ranks)
+    if _arrival.span(clusters) < LIVE_MIN_SECONDS:  # also fewer than two nodes: nothing compared, span 0
         return None
-    found = _arrival.figures(ranks)
-    if len(found) < 2:
+    found = _arrival.figures(ranks, clusters)
+    judged = verdict({host: f["work"] for host, f in found.items()}, ratio, "collective")  # the report's rule
+    if not judged["stragglers"]:
         return None
-    work = {host: f["work"] for host, f in found.items()}
-    median = statistics.median_low(sorted(work.values()))
-    host = max(sorted(work), key=lambda h: work[h])
-    if work[host] <= ratio * median:
-        return None
-    return host, round(work[host] / median, 2), "collective"
+    host, times = judged["stragglers"][0]
+    return host, times, "collective"
 
 
 def slowest(shared, ratio=RATIO):
