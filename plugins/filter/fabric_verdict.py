@@ -6,13 +6,18 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.module_utils._fabric.schedule import rounds
-from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import RATIO, FabricError, verdict
+from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import (
+    LINE_RATIO,
+    RATIO,
+    FabricError,
+    verdict,
+)
 
 
-def fabric_verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes=""):
+def fabric_verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes="", line_ratio=LINE_RATIO):
     """The probe's result -> flagged nodes, the gate's action, keep/drop, the matrix lines."""
     try:
-        return verdict(result, list(hosts), str(mode), ratio, min_gbps, nnodes)
+        return verdict(result, list(hosts), str(mode), ratio, min_gbps, nnodes, line_ratio)
     except FabricError as exc:
         raise AnsibleFilterError(str(exc)) from exc
 

@@ -228,6 +228,12 @@ options:
     description: A link below this many Gbit/s is slow; V(0) - none (train_fabric_min_gbps).
     type: float
     default: 0
+  fabric_line_ratio:
+    description: >-
+      A link or the all_reduce below this fraction of the line rate is slow; V(0) - off
+      (train_fabric_line_ratio).
+    type: float
+    default: 0.25
   fabric_seconds:
     description: Seconds per measurement (train_fabric_seconds).
     type: float

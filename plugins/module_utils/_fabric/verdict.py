@@ -7,7 +7,8 @@ probe job's directory)::
 
     {"nodes": [names in the play's order], "backend": "gloo", "device": "cpu",
      "links": [{"a": n1, "b": n2, "gbps": 9.1, "latency_ms": 0.08}, {"a": n2, "b": n1, ...}, ...],
-     "compute": {n1: {"gflops": 41.0}, ...}, "allreduce_busbw_gbps": 6.2, "seconds": 3.1}
+     "compute": {n1: {"gflops": 41.0}, ...}, "allreduce_busbw_gbps": 6.2, "seconds": 3.1,
+     "line": {n1: {"gbps": 10.0, "via": "eth0", "transport": "socket"}, ...}}
 
 A link is one direction: ``a`` sends, ``b`` receives (the probe measures both; a result with
 one direction of a pair stands for both).
@@ -27,6 +28,13 @@ Rules (docs/fabric.md):
   link travel the other way); when neither is (a bad cable between two good nodes), both
   are named.
 * compute: a node below ``ratio`` x the median GFLOP/s is slow.
+* the line rate (``line``: each node's NIC rate from its sysfs, the probe's ``line_rate``), so that a
+  two-node cluster's one link is judged too: a node whose line rate is below ``ratio`` x the fastest
+  node's is slow (a port trained down); a link below ``line_ratio`` x the slower end's line rate is
+  slow, and so is the all_reduce's bus bandwidth below ``line_ratio`` x the slowest node's (a finding
+  of the cluster: with no node flagged, gate fails). A socket transport (gloo, NCCL's socket
+  transport) is judged against at most ``SOCKET_GBPS``: one TCP stream per pair does not fill a
+  faster NIC.
 * the gate: ``off`` nothing; ``warn`` names the flagged nodes and goes on; ``gate``
   fails, unless the job is elastic (``MIN:MAX``) and at least MIN nodes remain
   without the flagged ones: then it drops them.
@@ -45,6 +53,16 @@ LATENCY_SLACK_MS = 5.0
 # kind measure within a few per cent of each other; 0.8 flags a link trained down to half
 # its rate and a GPU at 0.7 of the others (power- or heat-capped), which 0.5 let through.
 RATIO = 0.8
+# The fraction of the line rate below which a link or the all_reduce is slow, when the caller gives
+# none: train_fabric_line_ratio mirrors it. One H100 per node over InfiniBand moves an 8 MiB
+# all_reduce at about 0.7 of one 400 Gbit/s port (nccl-tests #232: 36 GB/s busbw at 8 MiB); NCCL
+# fallen back to TCP sockets moves 1 to 3 GB/s there (0.02 to 0.06), a link shaped to 50 Mbit/s
+# 0.005 of a 10 Gbit/s port: 0.25 sits at least 2.8x from the one and 4x from the others.
+LINE_RATIO = 0.25
+# What a socket transport is judged against at most, in Gbit/s: gloo sends over one TCP stream per
+# pair, the kernel's copies on one core (measured here: 8 to 14 Gbit/s over a veth on the 2-core
+# test host); a 100 Gbit/s NIC is not filled by it, a 10 Gbit/s one is.
+SOCKET_GBPS = 10.0
 
 
 class FabricError(ValueError):
@@ -102,7 +120,42 @@ def _typical(nodes, links):
     return out
 
 
-def _slow_links(links, typical, best, ratio, min_gbps):
+def _limits(result):
+    """{node: (Gbit/s a link of the node is judged against, what it is)} for the nodes whose line rate
+    the probe read: the NIC's line rate, at most ``SOCKET_GBPS`` on a socket transport."""
+    out = {}
+    for node, line in (result.get("line") or {}).items():
+        gbps = (line or {}).get("gbps")
+        if not gbps or gbps <= 0:
+            continue
+        text = "%s %s %.3g Gbit/s" % (node, line.get("via") or "-", gbps)
+        if line.get("transport") != "rdma" and gbps > SOCKET_GBPS:
+            out[node] = (SOCKET_GBPS, text + ", over sockets at most %.3g" % SOCKET_GBPS)
+        else:
+            out[node] = (float(gbps), text)
+    return out
+
+
+def _slow_lines(result, ratio):
+    """{node: [reason]} for the nodes whose NIC's line rate is below ``ratio`` x the fastest node's."""
+    rates = {n: line["gbps"] for n, line in (result.get("line") or {}).items() if line and line.get("gbps")}
+    if len(rates) < 2:
+        return {}
+    top = max(rates.values())
+    return {n: ["line rate %.3g Gbit/s (%s) < %.3g x the fastest node's %.3g" % (
+        gbps, result["line"][n].get("via") or "-", ratio, top)] for n, gbps in rates.items() if gbps < ratio * top}
+
+
+def _line_floor(limits, line_ratio, *nodes):
+    """(Gbit/s, the slower end's line) a link between ``nodes`` (or a node's own link) must reach; None
+    when a node's line rate is unknown or the rule is off."""
+    if not line_ratio or any(n not in limits for n in nodes):
+        return None
+    gbps, text = min(limits[n] for n in nodes)
+    return line_ratio * gbps, text
+
+
+def _slow_links(links, typical, best, ratio, min_gbps, limits=None, line_ratio=None):
     """[(link, [reasons])] for the slow links, and the references: the median over the nodes of each node's median link."""
     ref_gbps = statistics.median(typical.values()) if typical else None
     # latency: the median of the nodes' best (a node's two links' mean would be half a 20 ms fault)
@@ -110,6 +163,9 @@ def _slow_links(links, typical, best, ratio, min_gbps):
     slow = []
     for link in links:
         why = []
+        floor = _line_floor(limits or {}, line_ratio, link["a"], link["b"])
+        if floor and link["gbps"] < floor[0]:
+            why.append("%.3g Gbit/s < %.3g x line rate (%s)" % (link["gbps"], line_ratio, floor[1]))
         if len(best) > 2 and link["gbps"] < ratio * ref_gbps:
             why.append("%.3g Gbit/s < %.3g x median %.3g" % (link["gbps"], ratio, ref_gbps))
         if min_gbps and link["gbps"] < min_gbps:
@@ -121,18 +177,21 @@ def _slow_links(links, typical, best, ratio, min_gbps):
     return slow, ref_gbps, ref_lat
 
 
-def _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat):
-    """Whether ``node``'s best link on ``side`` ("out": sent, "in": received) is slow too."""
+def _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat, floor=None):
+    """Whether ``node``'s best link on ``side`` ("out": sent, "in": received) is slow too (``floor``:
+    the node's line-rate floor, (Gbit/s, what) or None). The relative rules need three nodes."""
     gbps, lat = best[node][side], best[node]["lat"]
-    return (gbps < ratio * ref_gbps or (min_gbps and gbps < min_gbps)
-            or lat > max(ref_lat / ratio, ref_lat + LATENCY_SLACK_MS))
+    relative = len(best) > 2 and (gbps < ratio * ref_gbps or lat > max(ref_lat / ratio, ref_lat + LATENCY_SLACK_MS))
+    return bool(relative or (min_gbps and gbps < min_gbps) or (floor and gbps < floor[0]))
 
 
-def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat):
+def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat, limits=None, line_ratio=None):
     """{node: [reasons]} for the slow links: the sender whose best outgoing link is slow too, the
-    receiver whose best incoming link is, else both."""
+    receiver whose best incoming link is, else both. With two nodes each has one link each way, so a
+    slow direction is the sender's egress or the receiver's ingress alike: both are named."""
     def is_slow(node, side):
-        return _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat)
+        return _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat,
+                             _line_floor(limits or {}, line_ratio, node))
 
     flagged = {}
     for link, why in slow:
@@ -160,16 +219,28 @@ def _slow_compute(nodes, compute, ratio):
             for n, v in figures.items() if v < ratio * ref}, ref
 
 
-def decide(flagged, hosts, mode, nnodes):
-    """What the gate does: {'action': ok|warn|fail|drop, 'keep': [...], 'drop': [...]}."""
+def _slow_allreduce(result, limits, line_ratio):
+    """[reason] when the all_reduce's bus bandwidth is below ``line_ratio`` x the slowest node's line."""
+    busbw, nodes = result.get("allreduce_busbw_gbps"), result.get("nodes") or []
+    floor = _line_floor(limits, line_ratio, *nodes) if len(nodes) > 1 else None
+    if busbw is None or not floor or busbw >= floor[0]:
+        return []
+    return ["all_reduce bus bandwidth %.3g Gbit/s < %.3g x line rate (%s, the slowest)" % (busbw, line_ratio, floor[1])]
+
+
+def decide(flagged, hosts, mode, nnodes, cluster=()):
+    """What the gate does: {'action': ok|warn|fail|drop, 'keep': [...], 'drop': [...]}. ``cluster``: findings
+    of no one node (a slow all_reduce); with no node flagged, gate fails on them (nothing to leave out)."""
     if mode not in MODES:
         raise FabricError("train_fabric_check=%r: valid: %s" % (mode, ", ".join(MODES)))
     bad = [h for h in hosts if h in flagged]
     good = [h for h in hosts if h not in flagged]
-    if mode == "off" or not bad:
+    if mode == "off" or not (bad or cluster):
         return {"action": "ok", "keep": list(hosts), "drop": []}
     if mode == "warn":
         return {"action": "warn", "keep": list(hosts), "drop": []}
+    if not bad:
+        return {"action": "fail", "keep": list(hosts), "drop": []}
     low, high = _nnodes(nnodes, hosts)
     if low < high and len(good) >= low:
         return {"action": "drop", "keep": good, "drop": bad}
@@ -177,8 +248,8 @@ def decide(flagged, hosts, mode, nnodes):
 
 
 def matrix(result, flagged):
-    """The node-by-node matrix as lines: Gbit/s (latency ms) from the row's node to the column's, compute per
-    node, '*' for flagged."""
+    """The node-by-node matrix as lines: Gbit/s (latency ms) from the row's node to the column's, compute and
+    the NIC's line rate per node ('-': not read), '*' for flagged."""
     nodes = result["nodes"]
     cells = {}
     for link in _directed(result.get("links", [])):
@@ -193,33 +264,46 @@ def matrix(result, flagged):
     compute = result.get("compute", {})
     lines.append("GFLOP/s".ljust(first) + "".join(
         ("%.3g" % compute[n]["gflops"] if n in compute else "-").ljust(width) for n in nodes).rstrip())
+    line = result.get("line") or {}
+    if line:
+        lines.append("line rate Gbit/s".ljust(first) + "".join(
+            ("%.3g" % line[n]["gbps"] if (line.get(n) or {}).get("gbps") else "-").ljust(width)
+            for n in nodes).rstrip())
     return lines
 
 
-def verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes=""):
+def verdict(result, hosts, mode="warn", ratio=RATIO, min_gbps=None, nnodes="", line_ratio=LINE_RATIO):
     """The probe's result -> flagged nodes with reasons, the gate's decision, the headline, the matrix and a
     summary."""
     nodes = _check(result)
     if not 0 < float(ratio) < 1:
         raise FabricError("train_fabric_ratio=%r: valid: between 0 and 1" % (ratio,))
-    ratio = float(ratio)
+    if not 0 <= float(line_ratio or 0) < 1:
+        raise FabricError("train_fabric_line_ratio=%r: valid: 0 (off) or between 0 and 1" % (line_ratio,))
+    ratio, line_ratio = float(ratio), float(line_ratio or 0)
     min_gbps = float(min_gbps) if min_gbps else None
     links = _directed(result.get("links", []))
     best = _best(nodes, links)
-    slow, ref_gbps, ref_lat = _slow_links(links, _typical(nodes, links), best, ratio, min_gbps)
-    flagged = _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat)
+    limits = _limits(result)
+    slow, ref_gbps, ref_lat = _slow_links(links, _typical(nodes, links), best, ratio, min_gbps, limits, line_ratio)
+    flagged = _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat, limits, line_ratio)
+    for node, why in _slow_lines(result, ratio).items():
+        flagged.setdefault(node, []).extend(why)
     slow_compute, ref_compute = _slow_compute(nodes, result.get("compute", {}), ratio)
     for node, why in slow_compute.items():
         flagged.setdefault(node, []).extend(why)
     missing = [h for h in hosts if h not in nodes]
     for node in missing:
         flagged.setdefault(node, []).append("no result (the probe did not run there)")
-    decision = decide(flagged, hosts, mode, nnodes)
+    cluster = _slow_allreduce(result, limits, line_ratio)
+    decision = decide(flagged, hosts, mode, nnodes, cluster)
     summary = ["%s: %s" % (node, " | ".join(flagged[node])) for node in hosts if node in flagged]
+    summary += ["all nodes: %s" % why for why in cluster]
     return {
-        "flagged": {n: flagged[n] for n in hosts if n in flagged},
+        "flagged": {n: flagged[n] for n in hosts if n in flagged}, "cluster": cluster,
         "action": decision["action"], "keep": decision["keep"], "drop": decision["drop"],
         "median": {"gbps": ref_gbps, "latency_ms": ref_lat, "gflops": ref_compute},
+        "line": {n: limits[n][0] for n in nodes if n in limits}, "line_ratio": line_ratio,
         "allreduce_busbw_gbps": result.get("allreduce_busbw_gbps"),
         "headline": headline(result), "matrix": matrix(result, flagged), "summary": summary,
     }

@@ -335,7 +335,8 @@ def fabric_argv(spec):
         "max_restarts": 0,
         "script": "%s/fabric_probe.py" % spec["bin_dir"],
         "args": ["--probe-nodes", FABRIC_NODES_SENTINEL, "--schedule", FABRIC_SCHEDULE_SENTINEL,
-                 "--seconds", str(float(spec.get("fabric_seconds") or _fabric_schedule.SECONDS))],
+                 "--seconds", str(float(spec.get("fabric_seconds") or _fabric_schedule.SECONDS))]
+        + (["--probe-iface", spec["interface"]] if spec.get("interface") else []),
     }
     argv = build_argv(spec["python"], opts)
     argv[argv.index("--nnodes") + 1] = FABRIC_NNODES_SENTINEL  # the nodes Slurm allocated (MIN:MAX)
@@ -383,6 +384,8 @@ def fabric_lines(spec, node_py, step_options):
     verdict = [system, q(node_py), "fabric-verdict", '"$job_dir"', "--mode", q(spec["fabric_check"]),
                "--ratio", str(float(spec.get("fabric_ratio") or _fabric_verdict.RATIO)),
                "--min-gbps", str(float(spec.get("fabric_min_gbps") or 0)),
+               "--line-ratio", str(float(_fabric_verdict.LINE_RATIO if spec.get("fabric_line_ratio") is None
+                                         else spec["fabric_line_ratio"])),
                "--nnodes", q(str(spec["nnodes"])), '"${nodes[@]}"']
     return [
         "# 2. the fabric check (train_fabric_check=%s): every link and node measured, then judged" % spec["fabric_check"],

@@ -112,6 +112,7 @@ ARGUMENT_SPEC = dict(
     fabric_check=dict(type="str", default="off", choices=["off", "warn", "gate"]),
     fabric_ratio=dict(type="float", default=_fabric_verdict.RATIO),
     fabric_min_gbps=dict(type="float", default=0),
+    fabric_line_ratio=dict(type="float", default=_fabric_verdict.LINE_RATIO),
     fabric_seconds=dict(type="float", default=_fabric_schedule.SECONDS),
 )
 MUTUALLY_EXCLUSIVE = [("script", "module")]

@@ -292,6 +292,14 @@ def _fabric_ratio(variable, value, values, ctx):
     return []
 
 
+def _fabric_line_ratio(variable, value, values, ctx):
+    """0 (off) or a fraction of the line rate below 1."""
+    if not 0 <= float(value) < 1:
+        return [Problem(variable, value, "out of range",
+                        "0 (off) or a fraction below 1, such as %g" % fabric_verdict.LINE_RATIO)]
+    return []
+
+
 def _step_pattern(variable, value, values, ctx):
     """Empty (the built-in step lines) or a regex with the named group ``step`` (_report.steps)."""
     problem = steps_pattern_problem(str(value)) if value else None
@@ -453,6 +461,7 @@ RULES = {
     "train_checkpoint_shared": [_checkpoint_shared],
     "train_fabric_ratio": [_fabric_ratio],
     "train_fabric_min_gbps": [_range(0, number=float)],
+    "train_fabric_line_ratio": [_fabric_line_ratio],
     "train_fabric_seconds": [_range(0.1, 10, number=float)],
     "train_step_pattern": [_step_pattern],
     "train_straggler_ratio": [_straggler_ratio],

@@ -21,6 +21,10 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
    device keeps its best pass (as the links: a node that shares a busy host got less
    of it in one pass, a slow node is slow in every pass): GFLOP/s, a node's figure is
    its slowest GPU.
+4. the line rate the node's links are judged against (``line_rate``, from sysfs): on a GPU node
+   whose NCCL may use RDMA, the slowest ACTIVE InfiniBand/RoCE port it may use (``NCCL_IB_HCA``,
+   from the environment or /etc/nccl.conf, as NCCL reads it); otherwise the speed of the socket
+   interface (``--probe-iface``, else the default route's).
 
 Every rank gathers every node's figures and writes them, the same on every node,
 to ``fabric.json`` in its job directory ($MULTINODE_TRAINING_JOB_DIR), which the
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import socket
 import time
 
@@ -46,6 +51,7 @@ def parse_args(argv=None):
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
     parser.add_argument("--bytes", type=int, default=8 << 20, help="buffer size for bandwidth")
     parser.add_argument("--passes", type=int, default=2, help="times each link and each device is measured (its best is kept)")
+    parser.add_argument("--probe-iface", default="", help="the interface of the node's address (default: the default route's)")
     return parser.parse_args(argv)
 
 
@@ -187,6 +193,91 @@ def keep_faster(best, compute):
     return {"gflops": min(devices), "devices": devices}
 
 
+def _read(path):
+    """A sysfs or procfs file's text, stripped, or a directory's sorted entries; None when absent."""
+    try:
+        if os.path.isdir(path):
+            return sorted(os.listdir(path))
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return None
+
+
+def nccl_setting(name, env, conf="/etc/nccl.conf"):
+    """An NCCL setting as NCCL reads it: the environment, else /etc/nccl.conf (NAME=value lines)."""
+    if env.get(name) is not None:
+        return env[name]
+    for line in (_read(conf) or "").splitlines():
+        key, _eq, value = line.strip().partition("=")
+        if key.strip() == name and _eq:
+            return value.strip()
+    return None
+
+
+def hca_allows(spec, device, port):
+    """Whether NCCL_IB_HCA ``spec`` lets NCCL use ``device`` port ``port``: a comma list of dev[:port],
+    prefix matches unless it starts with '=' (after an optional '^', which excludes those listed)."""
+    if not spec:
+        return True
+    exclude = spec.startswith("^")
+    spec = spec[1:] if exclude else spec
+    exact = spec.startswith("=")
+    spec = spec[1:] if exact else spec
+    listed = False
+    for entry in filter(None, (e.strip() for e in spec.split(","))):
+        name, _colon, want = entry.partition(":")
+        if (device == name if exact else device.startswith(name)) and (not want or want == str(port)):
+            listed = True
+    return listed != exclude
+
+
+def default_iface(proc="/proc"):
+    """The interface of the IPv4 default route (/proc/net/route), or None."""
+    for line in (_read(os.path.join(proc, "net", "route")) or "").splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 1 and fields[1] == "00000000":
+            return fields[0]
+    return None
+
+
+def line_rate(iface, cuda, env, sys_root="/sys", proc="/proc", conf="/etc/nccl.conf"):
+    """What this node's links run over and its line rate: {"transport": "rdma"|"socket", "via": port or
+    interface, "gbps": Gbit/s or None, "why": when not read}. NCCL on a GPU node uses RDMA when a port
+    is ACTIVE and allowed (NCCL_IB_HCA) unless NCCL_IB_DISABLE=1 or NCCL_NET names another network;
+    gloo always sockets. A node's figure is its slowest port: one trained down slows the ring."""
+    net = (nccl_setting("NCCL_NET", env, conf) or "").strip()
+    if cuda and net.lower() not in ("", "ib", "socket"):
+        return {"transport": "plugin", "via": "NCCL_NET=" + net, "gbps": None,
+                "why": "a network plugin: its line rate is not read"}
+    if cuda and nccl_setting("NCCL_IB_DISABLE", env, conf) != "1" and net.lower() != "socket":
+        hca, ports = nccl_setting("NCCL_IB_HCA", env, conf), []
+        ib = os.path.join(sys_root, "class", "infiniband")
+        for device in _read(ib) or []:
+            for port in _read(os.path.join(ib, device, "ports")) or []:
+                base = os.path.join(ib, device, "ports", port)
+                match = re.match(r"\s*([\d.]+)\s*Gb/sec", _read(os.path.join(base, "rate")) or "")
+                if (_read(os.path.join(base, "state")) or "").endswith("ACTIVE") and match \
+                        and hca_allows(hca, device, port):
+                    layer = _read(os.path.join(base, "link_layer")) or "InfiniBand"
+                    ports.append((float(match.group(1)), "%s:%s (%s)" % (device, port, layer)))
+        if ports:
+            gbps, via = min(ports)
+            return {"transport": "rdma", "via": via, "gbps": gbps}
+    name = iface or default_iface(proc)
+    if not name:
+        return {"transport": "socket", "via": "-", "gbps": None, "why": "no interface named and no default route"}
+    speed = _read(os.path.join(sys_root, "class", "net", name, "speed"))
+    try:
+        mbps = int(speed)
+    except (TypeError, ValueError):
+        mbps = -1
+    if mbps <= 0:
+        return {"transport": "socket", "via": name, "gbps": None,
+                "why": "no speed in sysfs (%s)" % (speed or "unreadable")}
+    return {"transport": "socket", "via": name, "gbps": mbps / 1000.0}
+
+
 def run(args):
     import torch
     import torch.distributed as dist
@@ -218,15 +309,22 @@ def run(args):
     busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None
     compute = None
     for _pass in range(args.passes):
+        # Twice: a slow link's backlog (a shaper's queue behind the all_reduce) holds its node's
+        # first barrier message, and it left the barrier up to the queue's length after the others,
+        # which computed without it; the second leaves with the queues empty, the nodes within a
+        # round trip of each other, so that they compute at the same time.
+        dist.barrier()
         dist.barrier()
         compute = keep_faster(compute, measure_compute(torch, args.seconds))
+    line = line_rate(args.probe_iface, cuda, os.environ)
     everything = [None] * world
-    dist.all_gather_object(everything, {"node": args.probe_node, "links": links, "compute": compute})
+    dist.all_gather_object(everything, {"node": args.probe_node, "links": links, "compute": compute, "line": line})
     result = {
         "nodes": [n for n in nodes if n in {e["node"] for e in everything}],
         "backend": dist.get_backend(), "device": "cuda" if cuda else "cpu", "world": world,
         "links": [link for e in everything for link in e["links"]],
         "compute": {e["node"]: e["compute"] for e in everything},
+        "line": {e["node"]: e.get("line") for e in everything},
         "allreduce_busbw_gbps": busbw, "bytes": args.bytes,
         "seconds": round(time.perf_counter() - start, 3),
     }

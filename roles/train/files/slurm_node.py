@@ -212,7 +212,7 @@ def fabric_verdict(opts):
     verdict; write ``fabric.json`` (the verdict, the result, nodes without one), print the matrix on
     stderr and the nodes to run on, one per line, on stdout. Exit 3 when the gate refuses the job."""
     sys.path.insert(0, HERE)
-    from _fabric_verdict import RATIO, FabricError, verdict  # pylint: disable=import-error
+    from _fabric_verdict import LINE_RATIO, RATIO, FabricError, verdict  # pylint: disable=import-error
 
     result, missing = None, []
     for node in opts.nodes:
@@ -226,7 +226,8 @@ def fabric_verdict(opts):
     result = result or {"nodes": [], "links": [], "compute": {}}
     try:
         out = verdict(result, opts.nodes, opts.mode, RATIO if opts.ratio is None else opts.ratio,
-                      opts.min_gbps or None, opts.nnodes)
+                      opts.min_gbps or None, opts.nnodes,
+                      LINE_RATIO if opts.line_ratio is None else opts.line_ratio)
     except FabricError as exc:
         sys.stderr.write("multinode.training fabric: %s\n" % exc)
         return 2
@@ -363,6 +364,7 @@ def parse_args(argv=None):
     fvd.add_argument("--mode", required=True, choices=("warn", "gate"))
     fvd.add_argument("--ratio", type=float)
     fvd.add_argument("--min-gbps", type=float, default=0.0)
+    fvd.add_argument("--line-ratio", type=float)
     fvd.add_argument("--nnodes", default="")
     fvd.add_argument("nodes", nargs="+")
     grd = sub.add_parser("guard")

@@ -15,6 +15,7 @@ from tests.unit.conftest import ROOT
 MIRRORS = {
     "train_straggler_ratio": straggler.RATIO,
     "train_fabric_ratio": verdict.RATIO,
+    "train_fabric_line_ratio": verdict.LINE_RATIO,
     "train_fabric_seconds": schedule.SECONDS,
     "train_stop_grace": torchrun.STOP_GRACE,
     "train_connect_timeout": preflight.CONNECT_TIMEOUT,
@@ -37,6 +38,7 @@ DOCUMENTED = {
     ("slurm_job", "straggler_ratio"): straggler.RATIO,
     ("train_job_report", "ratio"): straggler.RATIO,
     ("slurm_job", "fabric_ratio"): verdict.RATIO,
+    ("slurm_job", "fabric_line_ratio"): verdict.LINE_RATIO,
 }
 
 

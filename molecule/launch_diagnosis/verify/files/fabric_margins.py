@@ -7,7 +7,9 @@
 For links (Gbit/s) and compute (GFLOP/s), as fractions of the verdict's median: the lowest
 figure at or over RATIO and how many times RATIO it is, the highest under RATIO and how many
 times under RATIO it is. For latency: the highest link against its threshold (the verdict's
-median / RATIO, at least the median + LATENCY_SLACK_MS). A margin near 1 means noise decides.
+median / RATIO, at least the median + LATENCY_SLACK_MS). For the line rate (the verdict's
+``line`` and ``line_ratio``): each link as a fraction of its slower end's line, and the
+all_reduce of the slowest node's, against ``line_ratio``. A margin near 1 means noise decides.
 """
 import json
 import pathlib
@@ -24,26 +26,44 @@ def _split(values, median, ratio):
     slow = [f for f in fractions if f < ratio]
     out = []
     if passing:
-        out.append("passing >= %.3g of the median (%.2fx the threshold %.3g)" % (
+        out.append("passing >= %.3g (%.2fx the threshold %.3g)" % (
             min(passing), min(passing) / ratio, ratio))
     if slow:
         out.append("slow <= %.3g (%.2fx under it)" % (max(slow), ratio / max(slow)))
     return ", ".join(out) or "no figure"
 
 
+def _line_margins(verdict, links):
+    line, line_ratio = verdict.get("line") or {}, verdict.get("line_ratio")
+    if not line_ratio:
+        return []
+    fractions = [link["gbps"] / min(line[link["a"]], line[link["b"]])
+                 for link in links if link["a"] in line and link["b"] in line]
+    busbw = (verdict.get("result") or {}).get("allreduce_busbw_gbps")
+    parts = []
+    if fractions:
+        parts.append("links / line rate: " + _split(fractions, 1.0, line_ratio))
+    if busbw is not None and line:
+        parts.append("all_reduce / line rate: " + _split([busbw], min(line.values()), line_ratio))
+    return parts
+
+
 def margins(verdict, ratio):
     result, median = verdict.get("result") or {}, verdict.get("median") or {}
     links, compute = result.get("links", []), result.get("compute", {})
     parts = []
-    if links and median.get("gbps"):
-        parts.append("links: " + _split([link["gbps"] for link in links], median["gbps"], ratio))
+    # the medians judge links from three nodes on (verdict.py); two have the line rate alone
+    relative = len(result.get("nodes", [])) > 2
+    if relative and links and median.get("gbps"):
+        parts.append("links / median: " + _split([link["gbps"] for link in links], median["gbps"], ratio))
     if compute and median.get("gflops"):
-        parts.append("compute: " + _split([c["gflops"] for c in compute.values()], median["gflops"], ratio))
-    if links and median.get("latency_ms"):
+        parts.append("compute / median: " + _split([c["gflops"] for c in compute.values()], median["gflops"], ratio))
+    if relative and links and median.get("latency_ms"):
         threshold = max(median["latency_ms"] / ratio, median["latency_ms"] + LATENCY_SLACK_MS)
         worst = max(link["latency_ms"] for link in links)
         parts.append("latency: highest %.3g ms, %.2fx under its threshold %.3g ms" % (
             worst, threshold / worst, threshold))
+    parts += _line_margins(verdict, links)
     return "; ".join(parts) or "no figures"
 
 

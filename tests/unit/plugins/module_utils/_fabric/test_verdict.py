@@ -211,3 +211,100 @@ def test_headline_above_the_matrix():
     assert out["headline"] == "gloo on cpu, 3.2 s; all_reduce bus bandwidth 2.0 Gbit/s"
     assert verdict({"nodes": []}, N3, "warn", 0.5)["headline"] == (
         "no result on -, - s; all_reduce bus bandwidth None Gbit/s")
+
+
+# ------------------------------------------------------------------ the line rate
+def _line(nodes, gbps=10.0, via="eth0", transport="socket"):
+    return {n: {"gbps": gbps, "via": via, "transport": transport} for n in nodes}
+
+
+def _two_nodes(there, back, busbw=4.1, line=10.0):
+    """Two containers over veths (sysfs speed 10000), as molecule's fabric step runs them."""
+    return {"nodes": ["a", "b"], "backend": "gloo", "device": "cpu", "allreduce_busbw_gbps": busbw,
+            "links": [{"a": "a", "b": "b", "gbps": there, "latency_ms": 0.09},
+                      {"a": "b", "b": "a", "gbps": back, "latency_ms": 0.09}],
+            "compute": {"a": {"gflops": 180.0}, "b": {"gflops": 176.0}}, "line": _line(["a", "b"], line)}
+
+
+def test_two_nodes_one_slow_direction_is_flagged_against_the_line_rate():
+    assert verdict(_two_nodes(9.2, 8.6), ["a", "b"], "gate")["flagged"] == {}
+    # a 50 Mbit/s shaper on a's egress: no median to compare with, the line rate judges it; a's egress
+    # or b's ingress, with one link each way both are named
+    out = verdict(_two_nodes(0.047, 9.2), ["a", "b"], "gate")
+    why = "link a -> b: 0.047 Gbit/s < 0.25 x line rate (a eth0 10 Gbit/s)"
+    assert out["flagged"] == {"a": [why], "b": [why]} and out["action"] == "fail"
+    # the rule off: nothing but the medians, which two nodes do not have
+    assert verdict(_two_nodes(0.047, 9.2), ["a", "b"], "gate", line_ratio=0)["flagged"] == {}
+
+
+def test_a_socket_transport_is_judged_against_at_most_socket_gbps():
+    # gloo between 100 GbE nodes: one TCP stream per pair, 18 Gbit/s, is not slow
+    assert verdict(_two_nodes(18.0, 17.5, busbw=12.0, line=100.0), ["a", "b"], "gate")["flagged"] == {}
+    # the pair's traffic over a 1 GbE management interface instead: slow
+    out = verdict(_two_nodes(0.94, 0.93, busbw=0.9, line=100.0), ["a", "b"], "gate")
+    assert out["flagged"]["a"][0] == (
+        "link a -> b: 0.94 Gbit/s < 0.25 x line rate (a eth0 100 Gbit/s, over sockets at most 10)")
+    assert out["cluster"] == [
+        "all_reduce bus bandwidth 0.9 Gbit/s < 0.25 x line rate (a eth0 100 Gbit/s, over sockets at most 10, the slowest)"]
+
+
+def test_nccl_fallen_back_to_sockets_on_infiniband_is_slow_on_every_node():
+    nodes, healthy = _h100_cluster()
+    healthy.update(line=_line(nodes, 400.0, "mlx5_0:1 (InfiniBand)", "rdma"), allreduce_busbw_gbps=290.0)
+    assert verdict(healthy, nodes, "gate")["flagged"] == {}
+    # every link at TCP's 20 Gbit/s: equal, so no median sees it; the line rate does
+    fallen = dict(healthy, links=[dict(link, gbps=20.0) for link in healthy["links"]], allreduce_busbw_gbps=18.0)
+    out = verdict(fallen, nodes, "gate", nnodes="2:4")
+    assert sorted(out["flagged"]) == nodes and out["action"] == "fail"
+    assert "20 Gbit/s < 0.25 x line rate (gpu1 mlx5_0:1 (InfiniBand) 400 Gbit/s)" in out["flagged"]["gpu1"][0]
+
+
+def test_a_port_trained_down_is_named_by_its_line_rate_with_two_nodes_too():
+    nodes, faulty = _h100_cluster(link_down="gpu4")
+    faulty["line"] = dict(_line(nodes, 400.0, "mlx5_0:1 (InfiniBand)", "rdma"),
+                          gpu4={"gbps": 200.0, "via": "mlx5_0:1 (InfiniBand)", "transport": "rdma"})
+    out = verdict(faulty, nodes, "gate")
+    assert list(out["flagged"]) == ["gpu4"]
+    assert out["flagged"]["gpu4"][-1] == (
+        "line rate 200 Gbit/s (mlx5_0:1 (InfiniBand)) < 0.8 x the fastest node's 400")
+    pair = _two_nodes(185.0, 185.0, busbw=180.0)
+    pair["line"] = {"a": {"gbps": 400.0, "via": "mlx5_0:1", "transport": "rdma"},
+                    "b": {"gbps": 200.0, "via": "mlx5_0:1", "transport": "rdma"}}
+    assert list(verdict(pair, ["a", "b"], "gate")["flagged"]) == ["b"]
+
+
+def test_a_slow_all_reduce_with_no_node_to_blame_fails_the_gate():
+    # the issue's case: every link fast both ways, the all_reduce at 0.0189 Gbit/s
+    result = dict(load("healthy3"), allreduce_busbw_gbps=0.0189, line=_line(N3))
+    result["links"] = _both_ways(result["links"])
+    why = "all_reduce bus bandwidth 0.0189 Gbit/s < 0.25 x line rate (node1 eth0 10 Gbit/s, the slowest)"
+    out = verdict(result, N3, "gate", 0.5, nnodes="2:3")
+    assert (out["flagged"], out["cluster"], out["action"]) == ({}, [why], "fail")
+    assert out["summary"] == ["all nodes: " + why]
+    assert verdict(result, N3, "warn", 0.5)["action"] == "warn"
+    # with a node flagged the elastic job drops it: the all_reduce ran through it
+    result["links"] = _both_ways(result["links"], slow_sender="node1")
+    out = verdict(result, N3, "gate", 0.5, nnodes="2:3")
+    assert (out["action"], out["drop"], out["cluster"]) == ("drop", ["node1"], [why])
+
+
+def test_an_unknown_line_rate_leaves_the_line_rules_out():
+    result = _two_nodes(0.047, 9.2, busbw=0.01)
+    result["line"]["b"] = {"gbps": None, "via": "eth0", "transport": "socket", "why": "no speed in sysfs (-1)"}
+    out = verdict(result, ["a", "b"], "gate")
+    assert (out["flagged"], out["cluster"], out["line"]) == ({}, [], {"a": 10.0})
+    del result["line"]
+    assert verdict(result, ["a", "b"], "gate")["flagged"] == {}
+
+
+@pytest.mark.parametrize("line_ratio", [1, 1.5, -0.2])
+def test_line_ratio_out_of_range(line_ratio):
+    with pytest.raises(FabricError, match="train_fabric_line_ratio"):
+        verdict(_two_nodes(9.2, 8.6), ["a", "b"], "warn", line_ratio=line_ratio)
+
+
+def test_matrix_line_rate_row():
+    result = _two_nodes(9.2, 8.6)
+    result["line"]["b"]["gbps"] = None
+    assert matrix(result, {})[-1].split() == ["line", "rate", "Gbit/s", "10", "-"]
+    assert not matrix(load("healthy3"), {})[-1].startswith("line")

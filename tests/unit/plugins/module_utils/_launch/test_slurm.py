@@ -233,7 +233,7 @@ FABRIC_PYTHON3 = """python3() {
 
 def test_fabric_gate_probes_every_node_then_runs_the_job_on_the_nodes_kept(tmp_path):
     s = spec(job_base=str(tmp_path / "jobs"), nnodes="1:2", nodes=(1, 2), fabric_check="gate", fabric_ratio=0.4,
-             fabric_min_gbps=5, fabric_seconds=0.5)
+             fabric_min_gbps=5, fabric_seconds=0.5, fabric_line_ratio=0.1, interface="eth1")
     script = sl.render_batch_script(s)
     subprocess.run(["bash", "-n"], input=script, universal_newlines=True, check=True)
     calls = [[a.decode() for a in call] for call in run_rendered(tmp_path, script, FABRIC_PYTHON3)]
@@ -249,12 +249,13 @@ def test_fabric_gate_probes_every_node_then_runs_the_job_on_the_nodes_kept(tmp_p
     assert torchrun[torchrun.index("--nproc_per_node") + 1] == "1"
     assert torchrun[torchrun.index("--rdzv_id") + 1] == "slurm-42-fabric"
     assert torchrun[torchrun.index("--rdzv_endpoint") + 1] == "10.0.0.11:29400"
-    assert torchrun[-7:] == ["/shared/bin/fabric_probe.py", "--probe-nodes",
+    # the line rate of train_interface (the probe reads the default route's where it is unset)
+    assert torchrun[-9:] == ["/shared/bin/fabric_probe.py", "--probe-nodes",
                              '["launch_slurm-node1","launch_slurm-node2"]', "--schedule", "[[[0, 1]]]",
-                             "--seconds", "0.5"]
+                             "--seconds", "0.5", "--probe-iface", "eth1"]
     verdict_args = (tmp_path / "verdict_args").read_text().split()
-    assert verdict_args[3:] == ["--mode", "gate", "--ratio", "0.4", "--min-gbps", "5.0", "--nnodes", "1:2",
-                                "launch_slurm-node1", "launch_slurm-node2"]
+    assert verdict_args[3:] == ["--mode", "gate", "--ratio", "0.4", "--min-gbps", "5.0", "--line-ratio", "0.1",
+                                "--nnodes", "1:2", "launch_slurm-node1", "launch_slurm-node2"]
     # the job: on the node the verdict kept, which now hosts the rendezvous
     assert run[:2] == ["--nodes=1", "--nodelist=launch_slurm-node2"]
     assert run[run.index("--first") + 1] == "launch_slurm-node2"
@@ -291,7 +292,7 @@ def _helper_dir(tmp_path):
     return bin_dir
 
 
-def _verdict(tmp_path, result, mode, nnodes, nodes=("node1", "node2", "node3")):
+def _verdict(tmp_path, result, mode, nnodes, nodes=("node1", "node2", "node3"), options=()):
     import json
     import sys
     bin_dir = _helper_dir(tmp_path)
@@ -299,9 +300,11 @@ def _verdict(tmp_path, result, mode, nnodes, nodes=("node1", "node2", "node3")):
     for node in nodes:
         (job / "fabric" / node).mkdir(parents=True)
     if result is not None:
-        (job / "fabric" / "node2" / "fabric.json").write_text((FIXTURES / "fabric" / result).read_text())
+        text = result if isinstance(result, dict) else json.loads((FIXTURES / "fabric" / result).read_text())
+        (job / "fabric" / nodes[1] / "fabric.json").write_text(json.dumps(text))
     proc = subprocess.run([sys.executable, str(bin_dir / "slurm_node.py"), "fabric-verdict", str(job), "--mode", mode,
-                           "--nnodes", nnodes] + list(nodes), capture_output=True, text=True, check=False)
+                           "--nnodes", nnodes] + list(options) + list(nodes),
+                          capture_output=True, text=True, check=False)
     written = job / "fabric.json"
     return proc, json.loads(written.read_text()) if written.exists() else None
 
@@ -327,6 +330,23 @@ def test_node_helper_fabric_verdict_warn_keeps_every_node_and_no_result_is_flagg
     proc, written = _verdict(tmp_path / "none", None, "gate", "3")
     assert proc.returncode == 3 and "no fabric result (the probe failed or hung there" in proc.stderr
     assert set(written["flagged"]) == {"node1", "node2", "node3"}
+
+
+def test_node_helper_fabric_verdict_judges_two_nodes_by_the_line_rate(tmp_path):
+    # two nodes, node1's egress at 50 Mbit/s: no median; the line rate (10 Gbit/s each) names the link
+    result = {"nodes": ["node1", "node2"], "backend": "gloo", "device": "cpu", "allreduce_busbw_gbps": 0.05,
+              "links": [{"a": "node1", "b": "node2", "gbps": 0.048, "latency_ms": 0.1},
+                        {"a": "node2", "b": "node1", "gbps": 9.1, "latency_ms": 0.1}],
+              "compute": {"node1": {"gflops": 40.0}, "node2": {"gflops": 41.0}},
+              "line": {n: {"gbps": 10.0, "via": "eth0", "transport": "socket"} for n in ("node1", "node2")}}
+    proc, written = _verdict(tmp_path, result, "gate", "2", nodes=("node1", "node2"))
+    assert proc.returncode == 3
+    assert "link node1 -> node2: 0.048 Gbit/s < 0.25 x line rate (node1 eth0 10 Gbit/s)" in proc.stderr
+    assert sorted(written["flagged"]) == ["node1", "node2"] and written["line_ratio"] == 0.25
+    (tmp_path / "off").mkdir()
+    proc, written = _verdict(tmp_path / "off", result, "gate", "2", nodes=("node1", "node2"),
+                             options=["--line-ratio", "0"])
+    assert proc.returncode == 0 and written["flagged"] == {}
 
 
 def test_node_helper_fabric_schedule_and_nodes(tmp_path):
