@@ -155,7 +155,7 @@ def _line_floor(limits, line_ratio, *nodes):
     return line_ratio * gbps, text
 
 
-def _slow_links(links, typical, best, ratio, min_gbps, limits=None, line_ratio=None):
+def _slow_links(links, typical, best, ratio, min_gbps, limits, line_ratio):
     """[(link, [reasons])] for the slow links, and the references: the median over the nodes of each node's median link."""
     ref_gbps = statistics.median(typical.values()) if typical else None
     # latency: the median of the nodes' best (a node's two links' mean would be half a 20 ms fault)
@@ -163,7 +163,7 @@ def _slow_links(links, typical, best, ratio, min_gbps, limits=None, line_ratio=N
     slow = []
     for link in links:
         why = []
-        floor = _line_floor(limits or {}, line_ratio, link["a"], link["b"])
+        floor = _line_floor(limits, line_ratio, link["a"], link["b"])
         if floor and link["gbps"] < floor[0]:
             why.append("%.3g Gbit/s < %.3g x line rate (%s)" % (link["gbps"], line_ratio, floor[1]))
         if len(best) > 2 and link["gbps"] < ratio * ref_gbps:
@@ -185,13 +185,13 @@ def _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat, floor=No
     return bool(relative or (min_gbps and gbps < min_gbps) or (floor and gbps < floor[0]))
 
 
-def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat, limits=None, line_ratio=None):
+def _blame(slow, best, ratio, min_gbps, ref_gbps, ref_lat, limits, line_ratio):
     """{node: [reasons]} for the slow links: the sender whose best outgoing link is slow too, the
     receiver whose best incoming link is, else both. With two nodes each has one link each way, so a
     slow direction is the sender's egress or the receiver's ingress alike: both are named."""
     def is_slow(node, side):
         return _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat,
-                             _line_floor(limits or {}, line_ratio, node))
+                             _line_floor(limits, line_ratio, node))
 
     flagged = {}
     for link, why in slow:
