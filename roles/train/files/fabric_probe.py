@@ -17,10 +17,10 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
 2. one all-node all_reduce of the same buffer: the bus bandwidth
    (2 (n-1) / n x bytes / time);
 3. a matmul on each GPU of the node (bf16 4096x4096), or on the CPU (fp32 512x512),
-   for ``--seconds``, on every node at once after a barrier, ``--passes`` times; each
-   device keeps its best pass (as the links: a node that shares a busy host got less
-   of it in one pass, a slow node is slow in every pass): GFLOP/s, a node's figure is
-   its slowest GPU.
+   for ``--seconds``, on every node at once after two barriers, once after each pass
+   of the links (seconds apart); each device keeps its best pass (as the links: a
+   node that shares a busy host got less of it in one pass, a slow node is slow in
+   every pass): GFLOP/s, a node's figure is its slowest GPU.
 4. the line rate the node's links are judged against (``line_rate``, from sysfs): on a GPU node
    whose NCCL may use RDMA, the slowest ACTIVE InfiniBand/RoCE port it may use (``NCCL_IB_HCA``,
    from the environment or /etc/nccl.conf, as NCCL reads it); otherwise the speed of the socket
@@ -294,7 +294,7 @@ def run(args):
     dist.all_gather_object(where, nodes.index(args.probe_node))
     rank_of = {index: r for r, index in enumerate(where)}
     mine = nodes.index(args.probe_node)
-    best = {}
+    best, compute = {}, None
     for _pass in range(args.passes):
         for pairs in schedule:
             for low, high in pairs:
@@ -305,17 +305,18 @@ def run(args):
                         keep_best(best, (nodes[low], nodes[high]), there)
                         keep_best(best, (nodes[high], nodes[low]), back)
             dist.barrier()
-    links = [dict(a=a, b=b, **figures) for (a, b), figures in best.items()]
-    busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None
-    compute = None
-    for _pass in range(args.passes):
-        # Twice: a slow link's backlog (a shaper's queue behind the all_reduce) holds its node's
-        # first barrier message, and it left the barrier up to the queue's length after the others,
-        # which computed without it; the second leaves with the queues empty, the nodes within a
-        # round trip of each other, so that they compute at the same time.
+        # A compute pass after each pass of the links, so that the passes are seconds apart: a dip of
+        # the node's own (another process's burst of a second or two on its CPUs, as a job's progress
+        # poll) spoils one of them, not both, as it can back to back. Two barriers: a slow link's
+        # backlog (a shaper's queue) holds its node's first barrier message, and it left the barrier
+        # up to the queue's length after the others, which computed without it; the second leaves
+        # with the queues empty, the nodes within a round trip of each other, so that they compute at
+        # the same time.
         dist.barrier()
         dist.barrier()
         compute = keep_faster(compute, measure_compute(torch, args.seconds))
+    links = [dict(a=a, b=b, **figures) for (a, b), figures in best.items()]
+    busbw = measure_allreduce(torch, dist, device, world, args) if world > 1 else None
     line = line_rate(args.probe_iface, cuda, os.environ)
     everything = [None] * world
     dist.all_gather_object(everything, {"node": args.probe_node, "links": links, "compute": compute, "line": line})

@@ -32,6 +32,7 @@ class Clock:
         self.now = 0.0
         self.busy_until = {}
         self.syncs = []
+        self.log = []  # what each queued operation measured: link, compute, all_reduce
 
     def perf_counter(self):
         return self.now
@@ -90,6 +91,7 @@ def fake_torch(clock, gpu_gflops):
         return Tensor([0], device, rows * cols * 2)
 
     def matmul(a, b):
+        clock.log.append("compute")
         size = int((a.nbytes // 2) ** 0.5)
         clock.queue(a.device, 2 * size ** 3 / (gpu_gflops[a.device.index] * 1e9))
 
@@ -111,9 +113,11 @@ def fake_dist(clock, gbps, gbps_back, latency_s, nodes, peer_figures):
         dist.backend = backend
 
     def send(tensor, _peer):
+        clock.log.append("link")
         clock.queue(tensor.device, latency_s + tensor.nbytes * 8 / (gbps * 1e9))
 
     def recv(tensor, _peer):
+        clock.log.append("link")
         clock.queue(tensor.device, latency_s + tensor.nbytes * 8 / (gbps_back * 1e9))
 
     def all_gather_object(out, obj):
@@ -123,6 +127,7 @@ def fake_dist(clock, gbps, gbps_back, latency_s, nodes, peer_figures):
             out[:] = [obj, dict(peer_figures, node=nodes[1])]
 
     def all_reduce(buf):
+        clock.log.append("all_reduce")
         clock.queue(buf.device, 2 * (latency_s + buf.nbytes * 8 / (gbps * 1e9)))
 
     dist.init_process_group = init_process_group
@@ -180,3 +185,11 @@ def test_node_compute_is_its_slowest_gpu(gpu_node):
     assert compute["devices"] == [pytest.approx(400e3, rel=0.01), pytest.approx(200e3, rel=0.01)]
     assert compute["gflops"] == min(compute["devices"])
     assert result["compute"]["n2"]["gflops"] == 390e3
+
+
+def test_compute_passes_are_apart_one_after_each_pass_of_the_links(gpu_node):
+    # A dip of the node's own (a burst of another process for a second or two) must not spoil
+    # both passes: they are separated by a pass of the links, not run back to back.
+    _torch, _dist, clock, _result = gpu_node
+    phases = [kind for i, kind in enumerate(clock.log) if i == 0 or clock.log[i - 1] != kind]
+    assert phases == ["link", "compute", "link", "compute", "all_reduce"]

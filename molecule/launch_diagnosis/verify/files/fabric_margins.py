@@ -9,7 +9,11 @@ figure at or over RATIO and how many times RATIO it is, the highest under RATIO 
 times under RATIO it is. For latency: the highest link against its threshold (the verdict's
 median / RATIO, at least the median + LATENCY_SLACK_MS). For the line rate (the verdict's
 ``line`` and ``line_ratio``): each link as a fraction of its slower end's line, and the
-all_reduce of the slowest node's, against ``line_ratio``. A margin near 1 means noise decides.
+all_reduce of the slowest node's, against ``line_ratio``. Then each node's decision: a node kept
+by how far its closest figure (its best link out, its best link in, its compute) is over its
+threshold; a flagged node by how far its furthest figure is under one. A figure the fault drags
+along (a CPU-starved node's links) can sit near a threshold without deciding anything: the nodes'
+lines show what decided. A margin near 1 means noise decides.
 """
 import json
 import pathlib
@@ -48,6 +52,40 @@ def _line_margins(verdict, links):
     return parts
 
 
+def _node_margins(verdict, ratio, links, compute, relative):
+    """'node kept: 4.00x over (compute)' / 'node flagged: 15.8x under (compute)', one per node."""
+    median, line = verdict.get("median") or {}, verdict.get("line") or {}
+    line_ratio = verdict.get("line_ratio") or 0
+
+    def link_margin(link):
+        # the link's figure over the strictest threshold it is judged by (None: none applies)
+        floors = [ratio * median["gbps"]] if relative and median.get("gbps") else []
+        ends = [line[n] for n in (link["a"], link["b"]) if line.get(n)]
+        if line_ratio and len(ends) == 2:
+            floors.append(line_ratio * min(ends))
+        return link["gbps"] / max(floors) if floors else None
+
+    out = []
+    for node in (verdict.get("result") or {}).get("nodes", []):
+        figures = {}
+        for side, end in (("best link out", "a"), ("best link in", "b")):
+            mine = [link for link in links if link[end] == node]
+            if mine:
+                figures[side] = link_margin(max(mine, key=lambda link: link["gbps"]))
+        if node in compute and median.get("gflops"):
+            figures["compute"] = compute[node]["gflops"] / (ratio * median["gflops"])
+        figures = {k: v for k, v in figures.items() if v is not None}
+        if not figures:
+            continue
+        if node in (verdict.get("flagged") or {}):
+            what = min(figures, key=figures.get)
+            out.append("%s flagged: %.2fx under (%s)" % (node, 1 / figures[what], what))
+        else:
+            what = min(figures, key=figures.get)
+            out.append("%s kept: %.2fx over (%s)" % (node, figures[what], what))
+    return out
+
+
 def margins(verdict, ratio):
     result, median = verdict.get("result") or {}, verdict.get("median") or {}
     links, compute = result.get("links", []), result.get("compute", {})
@@ -64,6 +102,7 @@ def margins(verdict, ratio):
         parts.append("latency: highest %.3g ms, %.2fx under its threshold %.3g ms" % (
             worst, threshold / worst, threshold))
     parts += _line_margins(verdict, links)
+    parts += _node_margins(verdict, ratio, links, compute, relative)
     return "; ".join(parts) or "no figures"
 
 
