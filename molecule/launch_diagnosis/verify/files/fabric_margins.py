@@ -11,9 +11,10 @@ median / RATIO, at least the median + LATENCY_SLACK_MS). For the line rate (the 
 ``line`` and ``line_ratio``): each link as a fraction of its slower end's line, and the
 all_reduce of the slowest node's, against ``line_ratio``. Then each node's decision: a node kept
 by how far its closest figure (its best link out, its best link in, its compute) is over its
-threshold; a flagged node by how far its furthest figure is under one. A figure the fault drags
-along (a CPU-starved node's links) can sit near a threshold without deciding anything: the nodes'
-lines show what decided. A margin near 1 means noise decides.
+threshold; a flagged node by how far its furthest figure is under one. Each figure is named (its
+link or node): a figure the fault drags along (the links into a CPU-starved node) can sit near a
+threshold without deciding anything, and the nodes' lines show what decided. A margin near 1 means
+noise decides.
 """
 import json
 import pathlib
@@ -24,29 +25,40 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[4] / ".collectio
 from ansible_collections.multinode.training.plugins.module_utils._fabric.verdict import LATENCY_SLACK_MS  # noqa: E402
 
 
-def _split(values, median, ratio):
-    fractions = [v / median for v in values]
-    passing = [f for f in fractions if f >= ratio]
-    slow = [f for f in fractions if f < ratio]
+def _split(values, median, ratio, labels=None):
+    """The lowest passing and the highest slow fraction of ``median``, each named by its label (the
+    link or the node) when labels are given."""
+    named = list(zip([v / median for v in values], labels or [None] * len(values)))
+    passing = [pair for pair in named if pair[0] >= ratio]
+    slow = [pair for pair in named if pair[0] < ratio]
+
+    def who(label):
+        return " " + label if label else ""
+
     out = []
     if passing:
-        out.append("passing >= %.3g (%.2fx the threshold %.3g)" % (
-            min(passing), min(passing) / ratio, ratio))
+        low, label = min(passing)
+        out.append("passing >= %.3g%s (%.2fx the threshold %.3g)" % (low, who(label), low / ratio, ratio))
     if slow:
-        out.append("slow <= %.3g (%.2fx under it)" % (max(slow), ratio / max(slow)))
+        high, label = max(slow)
+        out.append("slow <= %.3g%s (%.2fx under it)" % (high, who(label), ratio / high))
     return ", ".join(out) or "no figure"
+
+
+def _link_name(link):
+    return "%s->%s" % (link["a"], link["b"])
 
 
 def _line_margins(verdict, links):
     line, line_ratio = verdict.get("line") or {}, verdict.get("line_ratio")
     if not line_ratio:
         return []
-    fractions = [link["gbps"] / min(line[link["a"]], line[link["b"]])
-                 for link in links if link["a"] in line and link["b"] in line]
+    judged = [link for link in links if link["a"] in line and link["b"] in line]
+    fractions = [link["gbps"] / min(line[link["a"]], line[link["b"]]) for link in judged]
     busbw = (verdict.get("result") or {}).get("allreduce_busbw_gbps")
     parts = []
     if fractions:
-        parts.append("links / line rate: " + _split(fractions, 1.0, line_ratio))
+        parts.append("links / line rate: " + _split(fractions, 1.0, line_ratio, [_link_name(link) for link in judged]))
     if busbw is not None and line:
         parts.append("all_reduce / line rate: " + _split([busbw], min(line.values()), line_ratio))
     return parts
@@ -93,9 +105,11 @@ def margins(verdict, ratio):
     # the medians judge links from three nodes on (verdict.py); two have the line rate alone
     relative = len(result.get("nodes", [])) > 2
     if relative and links and median.get("gbps"):
-        parts.append("links / median: " + _split([link["gbps"] for link in links], median["gbps"], ratio))
+        names = [_link_name(link) for link in links]
+        parts.append("links / median: " + _split([link["gbps"] for link in links], median["gbps"], ratio, names))
     if compute and median.get("gflops"):
-        parts.append("compute / median: " + _split([c["gflops"] for c in compute.values()], median["gflops"], ratio))
+        gflops = [c["gflops"] for c in compute.values()]
+        parts.append("compute / median: " + _split(gflops, median["gflops"], ratio, list(compute)))
     if relative and links and median.get("latency_ms"):
         threshold = max(median["latency_ms"] / ratio, median["latency_ms"] + LATENCY_SLACK_MS)
         worst = max(link["latency_ms"] for link in links)
