@@ -89,11 +89,10 @@ def _node_margins(verdict, ratio, links, compute, relative):
         figures = {k: v for k, v in figures.items() if v is not None}
         if not figures:
             continue
+        what = min(figures, key=figures.get)  # kept: the closest over; flagged: the furthest under
         if node in (verdict.get("flagged") or {}):
-            what = min(figures, key=figures.get)
             out.append("%s flagged: %.2fx under (%s)" % (node, 1 / figures[what], what))
         else:
-            what = min(figures, key=figures.get)
             out.append("%s kept: %.2fx over (%s)" % (node, figures[what], what))
     return out
 
