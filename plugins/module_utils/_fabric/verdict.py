@@ -177,7 +177,7 @@ def _slow_links(links, typical, best, ratio, min_gbps, limits, line_ratio):
     return slow, ref_gbps, ref_lat
 
 
-def _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat, floor=None):
+def _node_is_slow(node, side, best, ratio, min_gbps, ref_gbps, ref_lat, floor):
     """Whether ``node``'s best link on ``side`` ("out": sent, "in": received) is slow too (``floor``:
     the node's line-rate floor, (Gbit/s, what) or None). The relative rules need three nodes."""
     gbps, lat = best[node][side], best[node]["lat"]
