@@ -116,20 +116,30 @@ def query_gpus(run_command, nvidia_smi):
     (drivers before R510 reject compute_cap) resolved through NAME_TO_ARCH.
 
     run_command: AnsibleModule.run_command or any callable(argv) -> (rc, stdout, stderr).
-    Returns (gpus, commands run); no nvidia-smi means no GPUs.
+    Returns (gpus, commands run, error); no nvidia-smi means no GPUs and no error. An nvidia-smi
+    that is there but fails both queries gives no GPUs and its own message as ``error``
+    (smi_error): the caller refuses the node rather than taking it for one without GPUs.
     """
     if not nvidia_smi:
-        return [], []
+        return [], [], None
     cmd = [nvidia_smi, "--query-gpu=name,compute_cap", "--format=csv,noheader"]
-    rc, out, _err = run_command(cmd)
+    rc, out, err = run_command(cmd)
     commands = [cmd]
     if rc != 0:
         cmd = [nvidia_smi, "--query-gpu=name", "--format=csv,noheader"]
         commands.append(cmd)
-        rc, out, _err = run_command(cmd)
+        rc, out, err = run_command(cmd)
         if rc != 0:
-            return [], commands
-    return parse_nvidia_smi(out), commands
+            return [], commands, smi_error(cmd, rc, out, err)
+    return parse_nvidia_smi(out), commands, None
+
+
+def smi_error(cmd, rc, out, err):
+    """A failed nvidia-smi call -> one line: its command, exit status and own message (stdout and stderr:
+    nvidia-smi prints NVML's errors on stdout), e.g. ``Failed to initialize NVML: Driver/library version
+    mismatch`` on a node whose driver was upgraded without a reboot."""
+    said = " / ".join(line.strip() for line in ((err or "") + "\n" + (out or "")).splitlines() if line.strip())
+    return "`%s` exited %s: %s" % (" ".join(cmd), rc, said[:400] or "no message")
 
 
 def parse_nvcc_gpu_archs(output):

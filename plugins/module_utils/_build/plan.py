@@ -21,8 +21,14 @@ from ansible_collections.multinode.training.plugins.module_utils._build import t
 DEFAULT_OPS = {"cuda": ["cpu_adam", "fused_adam", "utils"], "cpu": ["cpu_adam", "deepspeed_shm_comm"]}
 
 
-def probe_gpus(module):
-    gpus, _commands = cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi"))
+def probe_gpus(module, host, needed):
+    """The build host's GPUs; where they decide the arch list (``needed``: a cuda build with arch list auto),
+    an nvidia-smi that is there but fails refuses the build, quoting it, instead of reading as no GPU."""
+    gpus, _commands, error = cuda_arch.query_gpus(module.run_command, module.get_bin_path("nvidia-smi"))
+    if error and needed:
+        module.fail_json(msg="%s: nvidia-smi cannot read this host's GPUs for deepspeed_build_cuda_arch_list=auto: "
+                         "%s; valid: a host where nvidia-smi runs (after a driver upgrade: reboot, or reload the "
+                         "nvidia kernel modules), or an explicit deepspeed_build_cuda_arch_list" % (host, error))
     return gpus
 
 
@@ -165,7 +171,7 @@ def plan(module, p):
     except torch_info.TorchError as exc:
         module.fail_json(msg=str(exc), nvcc=nvcc, torch=p["torch"])
 
-    gpus = probe_gpus(module)
+    gpus = probe_gpus(module, host, accelerator == "cuda" and explicit_arch is None)
     arch_list = cuda_arch_list(module, host, accelerator, explicit_arch, gpus, nvcc)
 
     if p["phase"] == "inputs":

@@ -15,7 +15,7 @@ import json
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import cpuinfo_flags
-from ansible_collections.multinode.training.plugins.module_utils._wheel.driver import driver_problems
+from ansible_collections.multinode.training.plugins.module_utils._wheel.driver import driver_problems, smi_problems
 from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_problems, parse_arch_list
 from ansible_collections.multinode.training.plugins.module_utils._wheel.tags import wheel_tag_problems
 
@@ -113,7 +113,7 @@ def node_problems(manifest, facts, node):
     """Every reason this node cannot take this wheel (empty list: compatible).
 
     facts: {"python": {...interpreter...}, "venv": {...}, "gpus": [...], "driver": "580.65.06" or None,
-            "cpuinfo": "<text>", "cpuinfo_path": "/proc/cpuinfo"}
+            "cpuinfo": "<text>", "cpuinfo_path": "/proc/cpuinfo", "nvidia_smi_error": None or nvidia-smi's failure}
     """
     problems = []
     venv = facts.get("venv") or {}
@@ -131,6 +131,7 @@ def node_problems(manifest, facts, node):
         problems.extend(wheel_tag_problems(manifest["wheel"], python, node))
     problems.extend(torch_problems(manifest, venv, node))
     problems.extend(gpu_problems(manifest, facts.get("gpus") or [], node))
+    problems.extend(smi_problems(facts.get("nvidia_smi_error"), node))
     problems.extend(driver_problems(manifest, facts.get("driver"), facts.get("gpus") or [], node))
     problems.extend(cpu_problems(manifest, facts.get("cpuinfo"), node,
                                  facts.get("cpuinfo_path") or "/proc/cpuinfo"))

@@ -63,3 +63,17 @@ def driver_problems(manifest, driver, gpus, node):
             "torch built for an older CUDA (deepspeed_build_torch_requirement, then build the wheel again)" % (
                 node, driver, (manifest.get("torch") or {}).get("version"), manifest.get("wheel"), cuda, minimum,
                 str(cuda).split(".", maxsplit=1)[0], SOURCE)]
+
+
+def smi_problems(error, node):
+    """An nvidia-smi that is installed but fails (``error``: cuda_arch.smi_error) -> one problem line: the node's
+    GPUs and driver cannot be read, so neither the wheel's GPU coverage nor the driver minimum can be judged, and
+    a node that has GPUs would pass as one without. Refused, whatever the wheel: fail closed."""
+    if not error:
+        return []
+    hint = ("after a driver upgrade without a reboot the loaded kernel module and the user-space library differ: "
+            "reboot the node or reload the nvidia kernel modules" if "mismatch" in error.lower() else
+            "fix the driver so that nvidia-smi runs")
+    return ["%s: nvidia-smi is installed but fails, so this node's GPUs and NVIDIA driver cannot be checked: %s; "
+            "valid: a node where nvidia-smi runs (%s), or a node without GPUs and without nvidia-smi" % (
+                node, error, hint)]

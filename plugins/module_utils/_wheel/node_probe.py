@@ -204,10 +204,13 @@ def installed(manifest, venv, lock_sha256="", lock_packages=None):
 
 
 def query_driver(run_command, nvidia_smi):
-    """The node's NVIDIA driver version from nvidia-smi (None where it gives none) and the command run."""
+    """The node's NVIDIA driver version from nvidia-smi (None where it gives none), the command run and,
+    where nvidia-smi failed, its message (cuda_arch.smi_error)."""
     cmd = [nvidia_smi, "--query-gpu=driver_version", "--format=csv,noheader"]
-    rc, out, _err = run_command(cmd)
-    return (parse_driver(out) if rc == 0 else None), [cmd]
+    rc, out, err = run_command(cmd)
+    if rc != 0:
+        return None, [cmd], cuda_arch.smi_error(cmd, rc, out, err)
+    return parse_driver(out), [cmd], None
 
 
 # --------------------------------------------------------------------------- the wheel_distribute (compat) module
@@ -266,11 +269,11 @@ def run_module(module):
     commands = [[python_path, "-c", "<interpreter probe>"]]
     python = interpreter(module, python_path)
     smi = module.get_bin_path("nvidia-smi", required=False)
-    gpus, smi_commands = cuda_arch.query_gpus(module.run_command, smi)
+    gpus, smi_commands, smi_error = cuda_arch.query_gpus(module.run_command, smi)
     commands.extend(smi_commands)
     driver = None
     if gpus:
-        driver, driver_commands = query_driver(module.run_command, smi)
+        driver, driver_commands, smi_error = query_driver(module.run_command, smi)
         commands.extend(driver_commands)
     gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
     try:
@@ -286,7 +289,7 @@ def run_module(module):
     else:
         venv = venv_facts(params["venv"])
     facts = {"python": python, "venv": venv, "gpus": gpus, "driver": driver, "cpuinfo": cpuinfo,
-             "cpuinfo_path": params["cpuinfo_path"]}
+             "cpuinfo_path": params["cpuinfo_path"], "nvidia_smi_error": smi_error}
     problems = node_problems(manifest, facts, node)
     notes = gpu_notes(manifest, gpus, node)
     for note in notes:

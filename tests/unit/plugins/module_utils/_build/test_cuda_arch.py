@@ -87,10 +87,11 @@ def test_query_gpus_falls_back_to_names_on_old_drivers():
             return 6, "", 'Field "compute_cap" is not a valid field to query.'
         return 0, smi("old_driver_names.csv"), ""
 
-    gpus, commands = a.query_gpus(run, "/usr/bin/nvidia-smi")
+    gpus, commands, error = a.query_gpus(run, "/usr/bin/nvidia-smi")
+    assert error is None
     assert [g["compute_cap"] for g in gpus] == ["7.0", "7.0", "7.5"]
     assert len(commands) == 2 and commands == calls
-    assert a.query_gpus(run, None) == ([], [])
+    assert a.query_gpus(run, None) == ([], [], None)
 
 
 # ---------------------------------------------------------------- what nvcc can compile for

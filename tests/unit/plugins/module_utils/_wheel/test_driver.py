@@ -70,5 +70,48 @@ def test_query_driver_asks_nvidia_smi_for_the_driver_version():
         return 0, "580.65.06\n580.65.06\n", ""
 
     assert node_probe.query_driver(run, "/usr/bin/nvidia-smi") == (
-        "580.65.06", [["/usr/bin/nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]])
+        "580.65.06", [["/usr/bin/nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"]], None)
     assert node_probe.query_driver(lambda cmd: (9, "", "no"), "/x/nvidia-smi")[0] is None
+
+
+SMI = FIXTURES / "nvidia_smi"
+
+
+@pytest.mark.parametrize("fixture,rc", [("nvml_mismatch.txt", 18), ("driver_not_loaded.txt", 9)])
+def test_a_failing_nvidia_smi_refuses_the_node_quoting_it(fixture, rc):
+    """nvidia-smi installed but failing (NVML's driver/library mismatch after a driver upgrade without a reboot)
+    is no 'node without GPUs': the probe gives its message and compat refuses the node, whatever the wheel
+    (a cpu wheel would otherwise pass on a GPU node, and the driver minimum go unjudged)."""
+    said = (SMI / fixture).read_text()
+    calls = []
+
+    def run(cmd):
+        calls.append(cmd)
+        return rc, said, ""
+
+    gpus, commands, error = node_probe.cuda_arch.query_gpus(run, "/usr/bin/nvidia-smi")
+    assert gpus == [] and len(commands) == 2 == len(calls)
+    first_line = said.splitlines()[0]
+    assert error.startswith("`/usr/bin/nvidia-smi --query-gpu=name --format=csv,noheader` exited %d: " % rc)
+    assert first_line in error
+    facts = {"python": {"version": "3.12.3", "implementation": "cp", "tag": "cp312", "abi": "cp312",
+                        "platform": "linux_x86_64", "glibc": "2.39", "executable": "/usr/bin/python3"},
+             "venv": {"path": "/opt/v", "state": "absent"}, "gpus": gpus, "driver": None,
+             "cpuinfo": (FIX / "cpuinfo-avx512-zen4.txt").read_text(), "cpuinfo_path": "/proc/cpuinfo",
+             "nvidia_smi_error": error}
+    for manifest in (cuda_manifest(), json.loads((FIX / "manifest-cpu-avx512.json").read_text())):
+        problems = [p for p in compat.node_problems(manifest, facts, "gpu1") if "nvidia-smi" in p]
+        assert len(problems) == 1, problems
+        assert problems[0].startswith("gpu1: nvidia-smi is installed but fails, so this node's GPUs and NVIDIA "
+                                      "driver cannot be checked: ")
+        assert first_line in problems[0]
+        assert ("reboot the node" in problems[0]) is ("mismatch" in said)
+    # without nvidia-smi: no GPU, no error; with it working: no error
+    assert node_probe.cuda_arch.query_gpus(run, None) == ([], [], None)
+    assert node_probe.cuda_arch.query_gpus(lambda cmd: (0, "NVIDIA H200, 9.0\n", ""), "/x")[2] is None
+
+
+def test_a_driver_query_that_fails_after_the_gpu_query_is_an_error_too():
+    driver_version, _cmds, error = node_probe.query_driver(
+        lambda cmd: (18, (SMI / "nvml_mismatch.txt").read_text(), ""), "/x/nvidia-smi")
+    assert driver_version is None and "Driver/library version mismatch" in error
