@@ -168,4 +168,9 @@ grep -q '\[YES\]' <<<"$line" \
 if [ -n "$(ls -A "$ext")" ]; then echo "loading JIT-compiled: $(ls -A "$ext")" >&2; exit 1; fi
 rm -rf "$ext"
 echo "clean venv check: $(( $(date +%s) - t )) s"
+
+# The node side's contract with this CUDA torch (its NCCL recorder included), in the same clean venv.
+t=$(date +%s)
+run_clean "$venv/bin/python" scripts/check_torch_contract.py | sed 's/^/  /' || exit 1
+echo "torch contract (CUDA wheel): $(( $(date +%s) - t )) s"
 echo "CUDA build test passed in $(( $(date +%s) - t0 )) s"

@@ -18,7 +18,9 @@
 #   install  the wheel installed into that environment, offline
 #   job      train.yml on localhost with NCCL: FusedAdam stepping on the GPU with ZeRO-2 and an empty
 #            TORCH_EXTENSIONS_DIR (no JIT build), the fabric check's NCCL probe, the NCCL fabric
-#            detection, the report with the sampler's GPU columns
+#            detection, the report with the sampler's GPU columns, and (samples) the NCCL flight recorder's
+#            status and blocks with GPU durations (TORCH_NCCL_ENABLE_TIMING=1) in the ranks' samples
+#   contract scripts/check_torch_contract.py with the environment's torch (every machine, GPU or not)
 # Without a GPU (CI, make test) the first two steps run on the CPU: the bring-your-own-torch build
 # with DS_ACCELERATOR=cpu against a venv that has the host wheelhouse's torch preinstalled.
 set -uo pipefail
@@ -103,6 +105,9 @@ else
   mkdir -p "$WORK/collections"
 fi
 PY=$VENV/bin/python
+# The node side's contract with the torch the job uses (scripts/check_torch_contract.py): the recorders' names and
+# keywords, the sampler reading them, the fakes against them.
+step contract "$ENV_PYTHON" scripts/check_torch_contract.py || failed=1
 export PATH=$VENV/bin:$PATH
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg
 # Ansible's default output: a failed step's line greps its `fatal:`/`FAILED!` lines.
@@ -177,7 +182,7 @@ step job ansible-playbook train.yml --skip-tags prepare \
   -e "train_job_id=$JOB" -e "train_python=$ENV_PYTHON" -e train_allow_root=true -e train_user=root \
   -e train_nproc_per_node=1 -e train_fabric_check=warn \
   -e '{"train_args": ["--steps", "50", "--zero-stage", "2", "--optimizer", "fused_adam"]}' \
-  -e "{\"train_env\": {\"TORCH_EXTENSIONS_DIR\": \"$EXT\"}}"
+  -e "{\"train_env\": {\"TORCH_EXTENSIONS_DIR\": \"$EXT\", \"TORCH_NCCL_ENABLE_TIMING\": \"1\"}}"
 grep -h 'smoke:' "$WORK/job.log" | tail -n 60 >"$OUT/job.log"
 [ -f "runs/$JOB/report.html" ] && cp "runs/$JOB/report.html" "$OUT/report.html"
 find "runs/$JOB" -name '*.jsonl' -path '*samples*' 2>/dev/null | head -n 1 | xargs -r -I{} cp {} "$OUT/samples.jsonl"
@@ -194,7 +199,17 @@ import json, sys
 rows = [json.loads(text) for text in open(sys.argv[1]) if text.strip()]
 gpus = [row["gpus"] for row in rows if row.get("gpus")]
 assert gpus, "none of %d samples holds the GPUs' columns (nvidia-smi %s)" % (len(rows), "index,util,mem")
-print("%d of %d samples with the GPU columns; last: %s" % (len(gpus), len(rows), gpus[-1]))
+# NCCL's flight recorder: the status of its process groups (keys without /cpu: the NCCL recorder's), collectives
+# completed, and with TORCH_NCCL_ENABLE_TIMING=1 each block's mean GPU duration
+off = [row["fr_off"] for row in rows if row.get("fr_off")]
+assert not off, "the sampler says hang detection is off: %s" % off[-1]
+nccl = [row["fr"] for row in rows if any("/" not in pg and done > 0 for pg, (_e, done) in (row.get("fr") or {}).items())]
+assert nccl, "none of %d samples holds the NCCL recorder's status (fr): %s" % (len(rows), [r.get("fr") for r in rows][-3:])
+blocks = [b for row in rows for b in row.get("frb") or []]
+timed = [b for b in blocks if b[6] is not None]
+assert timed, "no block of collectives with GPU durations (TORCH_NCCL_ENABLE_TIMING=1): %d blocks %s" % (len(blocks), blocks[-2:])
+print("%d of %d samples with the GPU columns; last: %s; NCCL recorder: %s, %d of %d blocks with GPU time (last %.3f ms)"
+      % (len(gpus), len(rows), gpus[-1], nccl[-1], len(timed), len(blocks), timed[-1][6]))
 PY
 summary
 exit "$failed"

@@ -37,14 +37,7 @@ class ActionModule(ActionBase):
         live = ClusterLive(args.get("step_pattern"), ratio_of(args.get("straggler_ratio")))
         try:
             while True:
-                limit = int(args.get("wait") or 10) + POLL_SLACK  # the poll's window, then the slack
-                try:
-                    polled = bounded(lambda: self._execute_module(module_name=module, module_args=args,
-                                                                  task_vars=task_vars), limit)
-                except PollTimeout:
-                    result.update(failed=True, msg="the submit host %s did not answer a poll within %d s (frozen, or "
-                                  "the module stuck on it)" % (host, limit))
-                    return result
+                polled = self._poll(module, args, task_vars, host)  # a host that does not answer: failed
                 # the streamed ranks' new lines, as the torchrun action prints them
                 for node, rank, text in polled.pop("stream", None) or []:
                     display.display("%s:%s %s" % (node, rank, text))
@@ -52,6 +45,19 @@ class ActionModule(ActionBase):
                 if polled.get("failed") or polled.get("done"):
                     result.update(polled)
                     return result
+                for notice in live.notices(polled.get("live")):
+                    display.display("[%s] %s" % (host, notice))
                 display.display("[%s] %s%s" % (host, polled.get("progress"), live.line(polled.get("live"))))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
+
+    def _poll(self, module, args, task_vars, host):
+        """One poll of the submit host, bounded by its window (``wait``) plus POLL_SLACK -> its answer, or a failure
+        naming the host that did not answer."""
+        limit = int(args.get("wait") or 10) + POLL_SLACK  # the poll's window, then the slack
+        try:
+            return bounded(lambda: self._execute_module(module_name=module, module_args=args, task_vars=task_vars),
+                           limit)
+        except PollTimeout:
+            return {"failed": True, "msg": "the submit host %s did not answer a poll within %d s (frozen, or the "
+                    "module stuck on it)" % (host, limit)}

@@ -168,6 +168,9 @@ class ActionModule(ActionBase):
         far (_torchrun.live: measured at every poll) -> when the next one is. Where the node's local rank 0
         is streamed (``streamed``), without its last line (printed already)."""
         now = time.time()
+        notice = live.notice(polled)
+        if notice:
+            display.display("[%s] %s" % (host, notice))
         extra = live.line(polled)
         if now >= next_print - 0.5:
             progress = polled.get("progress") or ""

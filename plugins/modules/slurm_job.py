@@ -179,9 +179,9 @@ options:
     default: ""
   straggler_ratio:
     description:
-      - With O(follow), the progress lines name the slowest node so far only when its time per collective not
-        spent waiting for other ranks (torch's flight recorder; without it, its CPU plus run-queue wait per step) is
-        over this many times the nodes' median (the job report's straggler rule).
+      - With O(follow), the progress lines name the slowest node so far only when it costs the other nodes over
+        1 - 1/this of their time per collective, waiting for it (torch's flight recorder; without it, when its CPU
+        plus run-queue wait per step is over this many times the nodes' median), the job report's straggler rule.
     type: float
     default: 1.2
   stream_ranks:

@@ -112,8 +112,9 @@ options:
     default: 3
   hang_timeout:
     description:
-      - A hang. Each rank's sampler reads torch's flight recorder (C(TORCH_FR_BUFFER_SIZE=2000) in the job's
-        environment unless O(env) sets it) and, while it stands still, the script's stack. When for this many
+      - A hang. Each rank's sampler reads torch's flight recorder (NCCL's on torch >= 2.5, gloo's on torch >= 2.8;
+        C(TORCH_FR_BUFFER_SIZE=2000) in the job's environment unless O(env) sets it) and, while it stands still,
+        the script's stack. Where a backend has no recorder, the progress says once C(hang detection off on <node>). When for this many
         seconds no rank's collectives change while some ranks wait in a collective that others did not enter,
         the job is stopped on every node, naming those ranks, their node, the collective and their stack line
         (C(hang.json) in the first node's job directory keeps every rank's). V(0) - never.
@@ -223,10 +224,10 @@ options:
     default: ""
   straggler_ratio:
     description:
-      - With O(follow), the progress lines name the slowest node so far only when its time per collective not
-        spent waiting for other ranks (torch's flight recorder; without it, its CPU plus run-queue wait per step) is
-        over this many times the nodes' median (the job report's straggler rule, C(train_straggler_ratio)). The
-        node ignores it.
+      - With O(follow), the progress lines name the slowest node so far only when it costs the other nodes over
+        1 - 1/this of their time per collective, waiting for it (torch's flight recorder; without it, when its CPU
+        plus run-queue wait per step is over this many times the nodes' median), the job report's straggler rule,
+        C(train_straggler_ratio). The node ignores it.
     type: float
     default: 1.2
   follow_limit:

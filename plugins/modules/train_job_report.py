@@ -37,8 +37,9 @@ options:
     default: ""
   ratio:
     description:
-      - A node whose time per collective not spent waiting for other ranks (torch's flight recorder; without it, its
-        time per step) is over O(ratio) times the nodes' median is a straggler (over 1).
+      - A node that costs the other nodes over 1 - 1/O(ratio) of their time per collective, waiting for it (torch's
+        flight recorder, its ratio to the median beside it; without it, a node whose time per step is over O(ratio)
+        times the nodes' median) is a straggler (over 1).
     type: float
     default: 1.2
   header:

@@ -4,11 +4,14 @@
 repository root, so putting `.collections` on sys.path lets the unit tests
 import module_utils exactly as modules do on a target.
 """
+import contextlib
 import os
 import pathlib
 import shutil
 import sys
 import tempfile
+import threading
+import time
 
 import pytest
 
@@ -25,3 +28,35 @@ def shared_dir():
     os.chmod(path, 0o755)
     yield path
     shutil.rmtree(path)
+
+
+@contextlib.contextmanager
+def busy_sampler_thread(seconds=0.3):
+    """A thread of this process named as the rank's sampler thread (_node.sampler.THREAD_NAME) that spins
+    ``seconds`` of CPU, then idles until the block ends: what the node's watcher reads from /proc."""
+    from ansible_collections.multinode.training.plugins.module_utils._node import sampler
+
+    done = threading.Event()
+
+    def busy():
+        sampler.name_thread(sampler.THREAD_NAME)
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+        done.wait(10)
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        done.set()
+        thread.join()
+
+
+class StuckNode(object):
+    """A node whose module call never returns within a test (a frozen node: the call blocks in the connection)."""
+
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None):
+        time.sleep(30)
+        return {"done": True}

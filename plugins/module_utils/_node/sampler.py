@@ -95,38 +95,161 @@ def gpu_sample(smi):
     return {"gpus": parse_csv(gpus), "apps": parse_csv(apps)}
 
 
-def fr_status(modules=None):
-    """This process's flight recorder -> {process group id: [last enqueued, last completed collective]}, or
-    None before the script's process group ran a collective (or without torch, or a torch without it).
-    Reads the status only (``includeCollectives=False``: a few hundred bytes, 0.02 to 0.06 ms measured with
-    torch 2.13; kept by the process groups with or without ``TORCH_FR_BUFFER_SIZE``)."""
+# The flight recorders of torch._C._distributed_c10d and the backends that write to each (docs/design.md, "The
+# flight recorder"): ProcessGroupNCCL records into its own (``_dump_nccl_trace``: torch >= 2.4, builds with NCCL),
+# every other backend (gloo) into the generic one (``_dump_fr_trace``: torch >= 2.8). Both take the keywords
+# includeCollectives, includeStackTraces and onlyActive and return pickled bytes; torch's own debug handlers read
+# the same two. scripts/check_torch_contract.py checks every name and keyword here against the real torch wheels.
+NCCL_RECORDER, GENERIC_RECORDER = "_dump_nccl_trace", "_dump_fr_trace"
+# The first torch with each recorder, for the line that says hang detection is off (and with a status per process
+# group, ``pg_status``: 2.5 for NCCL's).
+RECORDER_SINCE = {NCCL_RECORDER: "2.5", GENERIC_RECORDER: "2.8"}
+# The recorder's size: torch >= 2.8 reads TORCH_FR_BUFFER_SIZE (then the old name), torch 2.4 to 2.7 only
+# TORCH_NCCL_TRACE_BUFFER_SIZE, and both default to 0 (off) before 2.11.
+BUFFER_ENV, OLD_BUFFER_ENV = "TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"
+
+
+def recorder_for(backend):
+    """The recorder a backend's collectives go to (``nccl`` -> NCCL's, any other -> the generic one)."""
+    return NCCL_RECORDER if backend == "nccl" else GENERIC_RECORDER
+
+
+def backends(dist):
+    """The default process group's backends: ``nccl`` -> ["nccl"], ``cpu:gloo,cuda:nccl`` -> ["gloo", "nccl"]."""
+    try:
+        text = str(dist.get_backend())
+    except Exception:  # noqa: B902 - no default group, a fake: nothing known
+        return []
+    return sorted(set(part.split(":")[-1].strip().lower() for part in text.split(",") if part.strip()))
+
+
+def _dumps(c10d, nccl_too, **kwargs):
+    """[(recorder name, the dump as a dict)] of each recorder this torch has (NCCL's only where ``nccl_too``: the
+    job has an NCCL group), each called with ``kwargs``; a recorder that fails (none in this torch, turned off)
+    is left out."""
+    out = []
+    for name in ((NCCL_RECORDER, GENERIC_RECORDER) if nccl_too else (GENERIC_RECORDER,)):
+        dump = getattr(c10d, name, None)
+        if dump is None:
+            continue
+        try:
+            data = pickle.loads(dump(**kwargs))  # this process's own bytes
+        except Exception:  # noqa: B902 - a recorder turned off or broken: no status from it
+            continue
+        if isinstance(data, dict):
+            out.append((name, data))
+    return out
+
+
+def group_key(recorder, pg, nccl_too):
+    """A process group's key in ``fr``: its id, and for the generic recorder in a job with NCCL groups ``<id>/cpu``:
+    a group with two backends (``cpu:gloo,cuda:nccl``) counts its collectives apart in each recorder."""
+    return "%s/cpu" % pg if nccl_too and recorder == GENERIC_RECORDER else str(pg)
+
+
+def _modules(modules):
     modules = sys.modules if modules is None else modules
-    dist, c10d = modules.get("torch.distributed"), modules.get("torch._C._distributed_c10d")
+    return modules.get("torch.distributed"), modules.get("torch._C._distributed_c10d")
+
+
+def fr_status(modules=None):
+    """This process's flight recorders -> {process group: [last enqueued, last completed collective]} (group_key),
+    or None before the script's process group ran a collective (or without torch, or a torch without a recorder
+    for its backend: recorder_off says so). Reads the status only (``includeCollectives=False``: a few hundred bytes,
+    0.02 to 0.06 ms measured with torch 2.13), from NCCL's recorder where the job has an NCCL group and from the
+    generic one (gloo), merged."""
+    dist, c10d = _modules(modules)
     if dist is None or c10d is None:
         return None
     try:
         if not dist.is_initialized():
             return None
-        data = pickle.loads(c10d._dump_fr_trace(includeCollectives=False))  # this process's own bytes
-    except Exception:  # noqa: B902 - no recorder (TORCH_FR_BUFFER_SIZE unset), an older torch: no status
+    except Exception:  # noqa: B902 - a torch.distributed without it
         return None
+    nccl_too = "nccl" in backends(dist)
     status = {}
-    for pg, entry in (data.get("pg_status") or {}).items():
-        status[str(pg)] = [int(entry.get("last_enqueued_collective", -1)),
-                           int(entry.get("last_completed_collective", -1))]
+    for recorder, data in _dumps(c10d, nccl_too, includeCollectives=False):
+        for pg, entry in (data.get("pg_status") or {}).items():
+            status[group_key(recorder, pg, nccl_too)] = [int(entry.get("last_enqueued_collective", -1)),
+                                                         int(entry.get("last_completed_collective", -1))]
     return status or None
 
 
-def fr_op(pg, seq, modules=None):
-    """The name of collective ``seq`` of process group ``pg`` (``gloo:all_reduce``, ``nccl:all_reduce``) from
-    one dump of the flight recorder's entries without stacks (``TORCH_FR_BUFFER_SIZE`` > 0), or None."""
-    modules = sys.modules if modules is None else modules
-    c10d = modules.get("torch._C._distributed_c10d")
+def recorder_off(modules=None, version=None, env=None):
+    """Once the script's process group runs: why this rank's collectives cannot be seen (``torch 2.7.1 records no
+    collectives for backend gloo (its recorder came with torch 2.8)``), or '' when every backend of its default
+    group has a recorder that answers; None before the group runs. The node's watcher and the controller turn it into the line ``hang detection
+    off on <node>: ...``; without it a hang is never judged and the straggler is named by the CPU figure."""
+    dist, c10d = _modules(modules)
+    if dist is None or c10d is None:
+        return None
     try:
-        data = pickle.loads(c10d._dump_fr_trace(includeStackTraces=False))
+        if not dist.is_initialized():
+            return None
     except Exception:  # noqa: B902 - as fr_status
         return None
-    for entry in reversed(data.get("entries") or []):
+    env = os.environ if env is None else env
+    version = version or getattr(modules.get("torch") if modules is not None else sys.modules.get("torch"),
+                                 "__version__", "?")
+    for backend in backends(dist):
+        name = recorder_for(backend)
+        why = None
+        if getattr(c10d, name, None) is None:
+            why = "its recorder came with torch %s" % RECORDER_SINCE[name]
+        elif str(env.get(BUFFER_ENV, env.get(OLD_BUFFER_ENV, ""))).strip() == "0":
+            why = "%s=0" % (BUFFER_ENV if BUFFER_ENV in env else OLD_BUFFER_ENV)
+        else:
+            found = _dumps(c10d, name == NCCL_RECORDER, includeCollectives=False)
+            found = [data for recorder, data in found if recorder == name]
+            if not found:
+                why = "its recorder does not answer"
+            elif "pg_status" not in found[0]:
+                why = "its recorder keeps no status per process group before torch %s" % RECORDER_SINCE[name]
+        if why:
+            return "torch %s records no collectives for backend %s (%s)" % (version, backend, why)
+    return ""
+
+
+def recorder_env(env, version):
+    """Size the recorder for this torch (``version``: torch's own, from its metadata): torch 2.4 to 2.7 read only
+    TORCH_NCCL_TRACE_BUFFER_SIZE, so the job's TORCH_FR_BUFFER_SIZE (the torchrun module's, or the user's) is copied
+    there where unset; torch >= 2.8 reads TORCH_FR_BUFFER_SIZE and warns that the old name is deprecated, so it is
+    left alone. Returns ``env``."""
+    match = re.match(r"^(\d+)\.(\d+)", str(version or ""))
+    if match and (int(match.group(1)), int(match.group(2))) < (2, 8) and env.get(BUFFER_ENV) and \
+            OLD_BUFFER_ENV not in env:
+        env[OLD_BUFFER_ENV] = env[BUFFER_ENV]
+    return env
+
+
+def torch_version():
+    """The installed torch's version from its metadata (torch is not imported), or None."""
+    try:
+        from importlib import metadata
+        return metadata.version("torch")
+    except Exception:  # noqa: B902 - no torch, or no metadata
+        return None
+
+
+def fr_entries(modules=None, stacks=False):
+    """One dump of this process's flight-recorder entries (without stacks) from every recorder fr_status reads,
+    each entry's ``pg_id`` turned into its group_key ([] when none answers)."""
+    dist, c10d = _modules(modules)
+    if c10d is None:
+        return []
+    nccl_too = dist is not None and "nccl" in backends(dist)
+    out = []
+    for recorder, data in _dumps(c10d, nccl_too, includeStackTraces=stacks):
+        for entry in data.get("entries") or []:
+            if isinstance(entry, dict):
+                out.append(dict(entry, pg_id=group_key(recorder, entry.get("pg_id"), nccl_too)))
+    return out
+
+
+def fr_op(pg, seq, modules=None):
+    """The name of collective ``seq`` of process group ``pg`` (group_key; ``gloo:all_reduce``, ``nccl:all_reduce``)
+    from one dump of the recorders' entries without stacks, or None."""
+    for entry in reversed(fr_entries(modules)):
         if str(entry.get("pg_id")) == str(pg) and entry.get("collective_seq_id") == seq:
             return entry.get("profiling_name")
     return None
@@ -186,21 +309,12 @@ DUMP_EVERY = 10.0
 
 
 def fr_buffer(env=None):
-    """The recorder's size (TORCH_FR_BUFFER_SIZE, 2000 as the torchrun module sets it where unset)."""
+    """The recorder's size (TORCH_FR_BUFFER_SIZE, else the old name, 2000 as the torchrun module sets it where unset)."""
+    env = os.environ if env is None else env
     try:
-        return max(2, int((os.environ if env is None else env).get("TORCH_FR_BUFFER_SIZE") or 2000))
+        return max(2, int(env.get(BUFFER_ENV) or env.get(OLD_BUFFER_ENV) or 2000))
     except ValueError:
         return 2000
-
-
-def fr_entries(modules=None):
-    """One dump of this process's flight-recorder entries without stacks ([] when it fails)."""
-    modules = sys.modules if modules is None else modules
-    try:
-        return pickle.loads(modules["torch._C._distributed_c10d"]._dump_fr_trace(
-            includeStackTraces=False)).get("entries") or []
-    except Exception:  # noqa: B902 - as fr_status
-        return []
 
 
 # Where the standard library and installed packages live: a frame there is not the job's own code.
@@ -301,6 +415,8 @@ class Sampler:
         # per process group, the first collective of the next block of arrivals to record (fr_blocks); when the
         # entries were last dumped, and the collectives completed by then
         self._after, self._dumped = {}, (float("-inf"), 0)
+        # why this rank's collectives cannot be seen (recorder_off), '' once known that they can
+        self._off = None
 
     def record(self, data):
         with self._lock:
@@ -322,10 +438,13 @@ class Sampler:
     def collectives(self, final=False):
         """The flight recorder's status; while it stands still since the last sample, the script's stack
         and, once per collective, the name of the one this rank waits in (enqueued, not completed)."""
+        if self._off is None:
+            self._off = recorder_off()  # once, when the group runs (None before)
         status = fr_status()
+        off = {"fr_off": self._off} if self._off else {}
         if status is None:
-            return {}
-        out = {"fr": status}
+            return off
+        out = dict(off, fr=status)
         if self._dump_due(status, final):
             self._dumped = (time.monotonic(), sum(done for _enq, done in status.values()))
             blocks = fr_blocks(fr_entries(), status, self._after)
@@ -374,7 +493,9 @@ class Sampler:
 
 def start(job_dir, env, streams):
     """Start sampling this process into ``<job dir>/samples/`` and tee ``streams`` ({name: (module, attr)});
-    None (the rank runs unsampled) when the directory cannot be written."""
+    None (the rank runs unsampled) when the directory cannot be written. First, the recorder sized for this
+    torch (recorder_env), before the script creates its process group."""
+    recorder_env(env, torch_version())
     name = "%s_%s" % (env.get("TORCHELASTIC_RESTART_COUNT", "0"), env.get("LOCAL_RANK", "0"))
     try:
         os.makedirs(os.path.join(job_dir, "samples"), exist_ok=True)

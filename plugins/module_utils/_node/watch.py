@@ -245,7 +245,10 @@ def crash_loop(loop, generation, progress, limit, failure=None):
     if generation <= loop["generation"]:
         return loop, None
     moved = progress_moved(loop["mark"], progress)
-    loop.update(generation=generation, mark=list(progress), run=0 if moved else loop["run"] + 1)
+    # several groups since the last look (a node counted them from their records): each ended attempt counts,
+    # unless the progress moved (then the last of them made it)
+    ended = generation - loop["generation"]
+    loop.update(generation=generation, mark=list(progress), run=0 if moved else loop["run"] + ended)
     if not limit or loop["run"] < limit:
         return loop, None
     return loop, {"reason": "no_progress", "attempts": loop["run"], "step": progress[0], "failure": failure,
@@ -726,11 +729,12 @@ def live_samples(job_dir, size=16384, keep=4):
     local rank's last ``keep`` candidate step lines printed by ``t`` - the figure and the steps of one
     moment, so that the controller's demand per step does not take 2 s of one node's CPU as a step's
     (_torchrun.live.Tracker); ``lines``: its last ``keep`` candidate lines, for the latest step; ``blocks``:
-    {local rank: the flight recorder's blocks of collectives in its tail} (``frb``, _report.arrival)."""
+    {local rank: the flight recorder's blocks of collectives in its tail} (``frb``, _report.arrival); ``fr_off``: why
+    the ranks' collectives cannot be seen (_node.sampler.recorder_off), '' where they can."""
     attempts = sample_files(job_dir)
     if not attempts:
         return None
-    series, texts, blocks = [], [], {}
+    series, texts, blocks, off = [], [], {}, ""
     for local, name in sorted(attempts[max(attempts)]):
         records, procs = [], []
         for tail in (size, size * 8, size * 64):  # until the tail holds a sample (step lines come between)
@@ -750,6 +754,7 @@ def live_samples(job_dir, size=16384, keep=4):
         found = [b for r in records if r.get("kind") == "proc" for b in r.get("frb") or []]
         if found:
             blocks[str(local)] = found
+        off = off or next((r["fr_off"] for r in reversed(records) if r.get("kind") == "proc" and r.get("fr_off")), "")
         if not texts:  # the lowest local rank that printed candidate lines
             texts = [(float(r.get("t") or 0), r.get("text", "")) for r in records if r.get("kind") == "line"]
     if not series and not texts:
@@ -758,7 +763,7 @@ def live_samples(job_dir, size=16384, keep=4):
     return {"t": at, "demand": round(sum(_value_at(procs, at) for procs in series), 3) if series else None,
             "step_lines": [text for t, text in texts if at is not None and t <= at][-keep:],
             "lines": [text for _t, text in texts][-keep:], "ranks": len(attempts[max(attempts)]),
-            "attempt": max(attempts), "blocks": blocks}
+            "attempt": max(attempts), "blocks": blocks, "fr_off": off}
 
 
 def read_collectives(job_dir, ranks, node, now, size=16384):
@@ -1094,7 +1099,7 @@ class Watcher(Hub):
         self.no_progress = int(conf.get("no_progress") or 0) if self.restartable else 0
         self.patterns = [re.compile(text, re.M) for text in conf.get("step_patterns") or []]
         self.checkpoint_dir = conf.get("checkpoint_dir") or ""
-        self.generation, self.gen_pids, self.seen_pids = 0, set(), set()
+        self.generation, self.gen_pids, self.seen_pids, self.seen_restarts = 0, set(), set(), set()
         self.progress = [None, 0, 0]
         self.log_offsets, self.progress_read = {}, 0.0
         self.checkpoint_mtime = newest_mtime(self.checkpoint_dir) if self.no_progress else 0
@@ -1197,18 +1202,26 @@ class Watcher(Hub):
         agents' TORCHELASTIC_RESTART_COUNT disagree: a membership change is not counted, a failure is) and,
         as each starts, whether the checkpoint directory changed; every PROGRESS_EVERY seconds the ranks'
         new output (the highest step, the step-less step lines)."""
-        new = set(r["pid"] for r in ranks if r.get("pid")) - self.seen_pids
+        fresh = [r for r in ranks if r.get("pid") and r["pid"] not in self.seen_pids]
+        new = set(r["pid"] for r in fresh)
         if new:
             if not any(_alive(pid) for pid in self.gen_pids):
                 # the last group's output is read to its end before the hub hears of the new one, and the
-                # checkpoint directory is looked at (once an attempt: a scandir on shared storage is not free)
-                self.generation, self.gen_pids, self.progress_read = self.generation + 1, set(new), 0.0
+                # checkpoint directory is looked at (once an attempt: a scandir on shared storage is not free).
+                # Groups are counted from the rank wrapper's start records, not from the pids seen alive: a
+                # group that failed between two looks still left its records (a failure's restart has its own
+                # count), so each restart count not seen before is a group; a restart that torchrun did not
+                # count (a membership change: the same count, new pids) is one.
+                counts = set(r.get("restart") or 0 for r in fresh) - self.seen_restarts
+                self.generation, self.gen_pids, self.progress_read = \
+                    self.generation + max(1, len(counts)), set(new), 0.0
                 mtime = newest_mtime(self.checkpoint_dir)
                 if mtime > self.checkpoint_mtime:
                     self.checkpoint_mtime, self.progress[2] = mtime, self.progress[2] + 1
             else:
                 self.gen_pids |= new
             self.seen_pids |= new
+            self.seen_restarts |= set(r.get("restart") or 0 for r in fresh)
         failed = [r for r in ranks if r.get("state") == "failed" and r.get("time")]  # with its .exit record
         if failed:
             latest = max(failed, key=lambda r: r["time"])

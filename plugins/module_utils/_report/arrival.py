@@ -14,10 +14,14 @@ inside the collective's kernel). The same block of every rank makes one comparis
 - the time per collective: the block's span over its collectives (the median over the ranks);
 - the rank's **time per collective not spent waiting** for other ranks: the time per collective less
   its wait. It is what the rank itself needs per collective (compute, data, its own part of the
-  collective): the same on every node of an even job, the highest on the node that holds the others up.
+  collective): the same on every node of an even job, the highest on the node that holds the others up;
+- what a node **costs** the others: the share of their time per collective they spend waiting in the
+  collectives where one of its ranks came last (``cost``). The time per collective not spent waiting holds
+  the collective's own time, so where the collective takes most of a step, a node that makes the others
+  wait a fifth of their time reads only 1.1x; its cost says it.
 
-A node's figure is the median over its ranks, over every block seen on two or more nodes; the straggler
-rule (_report.straggler.verdict) compares the nodes' figures with their median. CPU time does not enter,
+A node's figures are the medians over its ranks, over every block seen on two or more nodes; the straggler
+rule (_report.straggler.cost_verdict) names a node by its cost, with its ratio to the median beside it. CPU time does not enter,
 so ranks that spin while they wait (CUDA's default synchronisation, NCCL's proxy threads), that sleep
 (blocking synchronisation) or whose node is throttled are all judged by when they arrive. Pure: records in,
 figures out.
@@ -74,15 +78,18 @@ def matched(ranks):
 
 
 def compare(cluster):
-    """One block's copies -> (time per collective, {rank: wait per collective}, by GPU durations or not)."""
+    """One block's copies -> (time per collective, {rank: wait per collective}, by GPU durations or not, the host
+    of the rank that came last: the one the others waited for)."""
     blocks = list(cluster.values())
     size = blocks[0][SIZE]
     period = statistics.median((b[T_LAST] - b[T_FIRST]) / max(1, size - 1) for b in blocks)
     if all(b[DURATION] is not None for b in blocks):
         low = min(b[DURATION] for b in blocks)
-        return period, {rid: (b[DURATION] - low) / 1000.0 for rid, b in cluster.items()}, True
+        last = min(cluster, key=lambda rid: (cluster[rid][DURATION], rid))
+        return period, {rid: (b[DURATION] - low) / 1000.0 for rid, b in cluster.items()}, True, last[0]
     late = max(b[T_MEAN] for b in blocks)
-    return period, {rid: late - b[T_MEAN] for rid, b in cluster.items()}, False
+    last = max(cluster, key=lambda rid: (cluster[rid][T_MEAN], rid))
+    return period, {rid: late - b[T_MEAN] for rid, b in cluster.items()}, False, last[0]
 
 
 def compared(ranks):
@@ -107,15 +114,18 @@ def figures(ranks, clusters=None):
         block = next(iter(cluster.values()))
         if len(cluster) < most[block[PG]]:
             continue
-        period, waits, gpu = compare(cluster)
+        period, waits, gpu, last = compare(cluster)
         for rid, wait in waits.items():
-            total = sums.setdefault(rid, {"n": 0, "work": 0.0, "wait": 0.0, "period": 0.0, "blocks": 0, "gpu": True})
+            total = sums.setdefault(rid, {"n": 0, "work": 0.0, "wait": 0.0, "period": 0.0, "blocks": 0, "gpu": True,
+                                          "waited_for": {}})
             total["n"] += block[SIZE]
             total["work"] += block[SIZE] * (period - wait)
             total["wait"] += block[SIZE] * wait
             total["period"] += block[SIZE] * period
             total["blocks"] += 1
             total["gpu"] = total["gpu"] and gpu
+            if last != rid[0]:
+                total["waited_for"][last] = total["waited_for"].get(last, 0.0) + block[SIZE] * wait
     by_host = {}
     for (host, _key, _segment), total in sums.items():
         if total["blocks"] >= MIN_BLOCKS:
@@ -127,7 +137,19 @@ def figures(ranks, clusters=None):
         out[host]["work"] = max(out[host]["work"], 1e-6)  # a rank that waited the whole time: nothing to do
         out[host]["blocks"] = max(t["blocks"] for t in totals)
         out[host]["gpu"] = all(t["gpu"] for t in totals)
+    for host in out:
+        out[host]["cost"] = cost_of(host, by_host)
     return out
+
+
+def cost_of(host, by_host):
+    """What ``host`` costs the other nodes: the share of their time per collective they spend waiting for it (the
+    collectives where one of its ranks came last), a median over each other node's ranks, then over those nodes;
+    0.0 with no other node."""
+    shares = [statistics.median(t["waited_for"].get(host, 0.0) / t["period"] if t["period"] > 0 else 0.0
+                                for t in totals)
+              for other, totals in sorted(by_host.items()) if other != host]
+    return round(statistics.median(shares), 4) if shares else 0.0
 
 
 def node_ranks(nodes):

@@ -167,22 +167,25 @@ def _failure(model):
 
 
 def arrival_table(model):
-    """Per node: the straggler figures side by side - the flight recorder's (time per collective not spent
-    waiting for other ranks, its ratio to the median, the wait and the time per collective) and the CPU
+    """Per node: the straggler figures side by side - the flight recorder's (what it costs the others, which
+    decides, its time per collective not spent waiting for other ranks, its ratio to the median, the wait and the
+    time per collective) and the CPU
     figure (CPU + run-queue wait per step), the secondary one; '' without either."""
     arrival, cpu = model.get("arrival") or {}, model.get("step_time") or {}
     main = model["straggler"] if arrival else {}
     if not arrival and not any(cpu.values()):
         return ""
-    head = ("node", "not waiting per collective", "ratio to the median", "wait per collective",
-            "time per collective", "blocks compared", "%s (secondary)" % (
+    head = ("node", "costs the others (their time waiting for it)", "not waiting per collective",
+            "ratio to the median", "wait per collective", "time per collective", "blocks compared",
+            "%s (secondary)" % (
                 "CPU + run-queue wait per step" if model.get("measure") == "demand" else "wall time per step"))
     rows = []
     for host in model["nodes"]:
         fig = arrival.get(host) or {}
-        cells = [host] + (["%.4f s" % fig["work"], "%.2fx" % main.get("ratios", {}).get(host, 0),
+        cells = [host] + (["%.1f%%" % (100 * fig.get("cost", 0.0)), "%.4f s" % fig["work"],
+                           "%.2fx" % main.get("ratios", {}).get(host, 0),
                            "%.4f s%s" % (fig["wait"], " (GPU)" if fig.get("gpu") else ""), "%.4f s" % fig["period"],
-                           fig["blocks"]] if fig else ["-"] * 5)
+                           fig["blocks"]] if fig else ["-"] * 6)
         cells.append("%.4f s" % cpu[host] if cpu.get(host) else "-")
         rows.append("<tr>%s</tr>" % "".join("<td>%s</td>" % html.escape(str(c)) for c in cells))
     secondary = (model.get("cpu_straggler") or {}).get("line", "")

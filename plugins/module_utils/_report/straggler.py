@@ -2,9 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Step time per node and the straggler rule.
 
-The verdict (``verdict``) judges whatever figure per node it is given: the flight recorder's time per
-collective not spent waiting (_report.arrival), which decides wherever two nodes have one, or the CPU and
-wall figures below, the report's secondary column and the verdict of jobs without the recorder's blocks.
+The verdict (``verdict``) judges whatever figure per node it is given: the CPU and wall figures below, the
+report's secondary column and the verdict of jobs without the flight recorder's blocks. Where two nodes have
+the recorder's figures (_report.arrival), ``cost_verdict`` decides: a node is named by what it costs the
+others, the share of their time per collective they spend waiting for it, with its ratio beside it.
 
 In a job whose steps are synchronous (data parallel: every step ends in a collective) every node
 prints its steps at the same pace, the slow node's pace; the wall time between step lines cannot
@@ -136,3 +137,37 @@ def verdict(node_times, ratio=RATIO, measure="wall", wall=None, steps=None):
 
 def value_over(value, median, ratio):
     return value > ratio * median
+
+
+def cost_floor(ratio):
+    """The share of the other nodes' time per collective a straggler costs them, at least: ``1 - 1/ratio`` (16.7%
+    at the default 1.2): what a node ``ratio`` times slower than the others costs them where the collective
+    itself takes no time. The one knob (train_straggler_ratio) sets both rules."""
+    return 1.0 - 1.0 / ratio
+
+
+def cost_verdict(figures, ratio=RATIO, steps=None):
+    """{node: _report.arrival figures (work, cost, ...) or None} -> verdict()'s shape plus ``costs``: a node whose
+    cost to the others is over cost_floor(ratio) is a straggler, named by that cost with its ratio to the median
+    time per collective not spent waiting beside it (a collective that takes most of a step keeps that ratio
+    near 1 however long the others wait)."""
+    figures = figures or {}
+    base = verdict({node: (f or {}).get("work") for node, f in figures.items()}, ratio, "collective", steps=steps)
+    if base["median"] is None:
+        return dict(base, costs={})
+    costs = {node: float(f.get("cost") or 0.0) for node, f in figures.items() if f and f.get("work")}
+    floor = cost_floor(ratio)
+    named = sorted((node for node, cost in costs.items() if cost > floor), key=lambda n: (-costs[n], n))
+    stragglers = [(node, base["ratios"][node]) for node in named]
+    basis, median = BASIS["collective"], base["median"]
+    if stragglers:
+        line = "straggler: %s (over %.1f%%, 1 - 1/ratio %g)" % ("; ".join(
+            "%s costs the other nodes %.1f%% of their time per collective, waiting for it (%.2fx the median %s "
+            "%.3f s)" % (node, costs[node] * 100, base["ratios"][node], basis, median) for node in named),
+            floor * 100, ratio)
+    else:
+        worst = max(sorted(costs), key=lambda n: costs[n])
+        line = ("no straggler: no node costs the others over %.1f%% of their time per collective (the most: %s, "
+                "%.1f%%); every node within %.2fx the median %s %.3f s" % (
+                    floor * 100, worst, costs[worst] * 100, max(base["ratios"].values()), basis, median))
+    return dict(base, stragglers=stragglers, costs=costs, line=line)

@@ -185,7 +185,7 @@ def build(run_dir, hosts=None, pattern=None, ratio=straggler.RATIO):
     main = cpu_verdict
     cost, cost_source = self_cost(nodes)
     if len(arrivals) >= 2:
-        main = straggler.verdict({host: arrivals.get(host, {}).get("work") for host in nodes}, ratio, "collective")
+        main = straggler.cost_verdict({host: arrivals.get(host) for host in nodes}, ratio)
     return {"job_id": os.path.basename(os.path.normpath(run_dir)), "hosts": order, "nodes": nodes,
             "lost": [host for host in order if host not in nodes], "events": all_events,
             "first_failure": first_failure(all_events), "step_time": times,

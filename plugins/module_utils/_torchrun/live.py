@@ -23,7 +23,9 @@ import statistics
 
 from ansible_collections.multinode.training.plugins.module_utils._report import arrival as _arrival
 from ansible_collections.multinode.training.plugins.module_utils._report import steps as _steps
-from ansible_collections.multinode.training.plugins.module_utils._report.straggler import MIN_INTERVALS, RATIO, SIGNIFICANT, verdict
+from ansible_collections.multinode.training.plugins.module_utils._report.straggler import (
+    MIN_INTERVALS, RATIO, SIGNIFICANT, cost_verdict,
+)
 
 LIVE_DIR = ".live"
 
@@ -145,8 +147,8 @@ def read_shared(directory):
 
 
 def arrival_slowest(shared, ratio=RATIO):
-    """(host, ratio, "collective") of the node whose ranks reach the collectives last, by the report's rule
-    (_report.arrival: the time per collective not spent waiting, over ``ratio`` x the median), from the
+    """(host, ratio, "collective", cost) of the node whose ranks reach the collectives last, by the report's rule
+    (_report.straggler.cost_verdict: what it costs the others, over 1 - 1/``ratio``), from the
     blocks the nodes' actions shared, once blocks seen on two nodes span LIVE_MIN_SECONDS; None when no node
     is over it or there is not enough yet; False when no node shared any block (no flight recorder: the CPU
     figure then). A job with blocks is never judged by the CPU figure, which names the fast node of a job
@@ -160,11 +162,11 @@ def arrival_slowest(shared, ratio=RATIO):
     if _arrival.span(clusters) < LIVE_MIN_SECONDS:  # also fewer than two nodes: nothing compared, span 0
         return None
     found = _arrival.figures(ranks, clusters)
-    judged = verdict({host: f["work"] for host, f in found.items()}, ratio, "collective")  # the report's rule
+    judged = cost_verdict(found, ratio)  # the report's rule
     if not judged["stragglers"]:
         return None
     host, times = judged["stragglers"][0]
-    return host, times, "collective"
+    return host, times, "collective", judged["costs"][host]
 
 
 def slowest(shared, ratio=RATIO):
@@ -201,9 +203,21 @@ def suffix(figures, slow):
         parts.append("step %s" % figures["step"] + (", loss %.4g" % figures["loss"] if "loss" in figures else ""))
     elif "loss" in figures:
         parts.append("loss %.4g" % figures["loss"])
-    if slow:
+    if slow and slow[2] == "collective":
+        parts.append("slowest so far: %s costs the others %.1f%% of their time per collective (%.2fx the median %s)"
+                     % (slow[0], slow[3] * 100, slow[1], LIVE_BASIS[slow[2]]))
+    elif slow:
         parts.append("slowest so far: %s %.2fx the median %s" % (slow[0], slow[1], LIVE_BASIS[slow[2]]))
     return "".join(" | " + part for part in parts)
+
+
+def off_line(node, live):
+    """``hang detection off on <node>: torch 2.7.1 records no collectives for backend gloo (...)`` when the node's
+    ranks say their collectives cannot be seen (_node.sampler.recorder_off, through live_samples), else None."""
+    off = (live or {}).get("fr_off") if isinstance(live, dict) else None
+    if not off:
+        return None
+    return "hang detection off on %s: %s; the straggler is named by the CPU figure" % (node, off)
 
 
 class ClusterLive(object):
@@ -216,6 +230,17 @@ class ClusterLive(object):
         self.ratio = ratio
         self.trackers = {}
         self.figures = {}
+        self.said = set()
+
+    def notices(self, live_by_node):
+        """The lines to print once (off_line), each node's the first time it says so."""
+        out = []
+        for node, sample in sorted((live_by_node or {}).items()):
+            line = off_line(node, sample)
+            if line and node not in self.said:
+                self.said.add(node)
+                out.append(line)
+        return out
 
     def line(self, live_by_node):
         for node, sample in sorted((live_by_node or {}).items()):
@@ -232,9 +257,16 @@ class Live(object):
 
     def __init__(self, host, pattern, collect_to, ratio=RATIO):
         self.host = host
+        self.said_off = False
         self.ratio = ratio
         self.tracker = Tracker(_steps.compile_patterns(pattern or None))
         self.directory = os.path.join(os.path.dirname(collect_to.rstrip("/")), LIVE_DIR) if collect_to else None
+
+    def notice(self, polled):
+        """off_line for this node, the first time its ranks say so; else None."""
+        line = None if self.said_off else off_line(self.host, polled.get("live"))
+        self.said_off = self.said_off or bool(line)
+        return line
 
     def line(self, polled):
         figures = self.tracker.update(polled.get("live"))

@@ -8,6 +8,7 @@ import pytest
 from ansible_collections.multinode.training.plugins.action import torchrun as action
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import bounded as bounded_mod
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
+from tests.unit.conftest import StuckNode
 
 START = {"state": "started", "script": "/c/train.py", "args": ["--steps", "2"], "nnodes": "2", "rdzv_id": "job-1",
          "rdzv_endpoint": "10.0.0.1:29400", "log_dir": "/var/log/mt", "timeout": 600, "stop_grace": 5,
@@ -140,6 +141,9 @@ class _Display(object):
 
 
 class _Live(object):
+    def notice(self, polled):
+        return None
+
     def line(self, polled):
         return " | step 3, loss 0.5"
 
@@ -173,24 +177,30 @@ def test_the_progress_line_leaves_out_a_streamed_local_rank_0_s_last_line(monkey
     assert shown.lines == [expected]
 
 
+def test_a_node_without_a_recorder_is_said_once_before_its_progress_line(monkeypatch):
+    from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import Live
+
+    shown = _Display()
+    monkeypatch.setattr(action, "display", shown)
+    off = "torch 2.7.1+cu126 records no collectives for backend gloo (its recorder came with torch 2.8)"
+    polled = {"progress": "j1: running, 2 rank(s) running, 0 restart(s), 20s", "live": {"fr_off": off}}
+    live = Live("node1", None, None)
+    action.ActionModule._progress("node1", polled, 0.0, 15.0, live)
+    action.ActionModule._progress("node1", polled, 0.0, 15.0, live)
+    assert shown.lines == ["[node1] hang detection off on node1: %s; the straggler is named by the CPU figure" % off,
+                           "[node1] j1: running, 2 rank(s) running, 0 restart(s), 20s",
+                           "[node1] j1: running, 2 rank(s) running, 0 restart(s), 20s"]
+
+
 def test_wait_args_carry_the_streamed_ranks():
     assert fol.wait_args(dict(START, stream_ranks=["0"]))["stream_ranks"] == ["0"]
-
-
-class _Stuck(object):
-    """A node whose module call never returns (a frozen node: the call blocks in the connection)."""
-
-    def _execute_module(self, module_name=None, module_args=None, task_vars=None):
-        import time
-        time.sleep(30)
-        return {"done": True}
 
 
 def test_a_poll_that_gets_no_answer_fails_the_wait_on_that_node_naming_it(monkeypatch):
     import time
     monkeypatch.setattr(action, "POLL_SLACK", 1)
     started = time.monotonic()
-    out = action.ActionModule._poll(_Stuck(), {"state": "finished"}, 1.0, {}, "node2")
+    out = action.ActionModule._poll(StuckNode(), {"state": "finished"}, 1.0, {}, "node2")
     assert time.monotonic() - started < 5
     assert out["failed"] and out["msg"].startswith("node2 did not answer a poll within 2 s")
 

@@ -10,6 +10,7 @@ import os
 import socket
 import tarfile
 import threading
+import time
 
 import pytest
 
@@ -156,8 +157,10 @@ def _free_port():
     return port
 
 
-def _run_nodes(src, tmp_path, hosts, corrupt=None):
-    """Each host a worker in a thread on 127.0.0.N; the controller's archive for the plan's uploads."""
+def _run_nodes(src, tmp_path, hosts, corrupt=None, tokens=None, dead_source=False, patience=5, linger=0.5):
+    """Each host a worker in a thread on 127.0.0.N; the controller's archive for the plan's uploads. ``tokens``:
+    a host's own token where it is not the run's; ``dead_source``: every pull tries first a source that does not
+    answer (127.0.0.99, where nothing listens)."""
     port = _free_port()
     addrs = dict((h, "127.0.0.%d" % i) for i, h in enumerate(hosts, 1))
     node_items = dict((h, sync.manifest(_items(src, tmp_path, h), str(tmp_path / "cache"))[0]) for h in hosts)
@@ -168,8 +171,11 @@ def _run_nodes(src, tmp_path, hosts, corrupt=None):
         state = tmp_path / ("state-" + h)
         state.mkdir()
         part = out["nodes"][h]
-        config = {"items": node_items[h], "upload": part["upload"], "pull": part["pull"], "serve": part["serve"],
-                  "bind": addrs[h], "port": port, "token": "tok", "node": h, "linger": 0.5, "patience": 5}
+        pulls = [dict(p, **{"from": [["gone", "127.0.0.99"]] + p["from"]}) for p in part["pull"]] if dead_source \
+            else part["pull"]
+        config = {"items": node_items[h], "upload": part["upload"], "pull": pulls, "serve": part["serve"],
+                  "bind": addrs[h], "port": port, "token": (tokens or {}).get(h, "tok"), "node": h, "linger": linger,
+                  "patience": patience}
         workers[h] = wk.Worker(str(state), config)
         if part["upload"]:
             with tarfile.open(str(state / "upload.tar.tmp"), "w") as tar:
@@ -219,6 +225,26 @@ def test_a_wrong_file_is_refused_and_nothing_half_written_stays(src, tmp_path):
     assert rcs["n2"] == 1
     assert workers["n2"].status["error"].startswith("cannot get %s from n1 (its own transfer failed: "
                                                     % wk.target(node_items["n2"][0]["dest"], "a.bin"))
+
+
+def test_a_peer_without_the_runs_token_gets_nothing(src, tmp_path):
+    """n2 asks n1 with another token: n1 answers 403 and sends no byte; n2 fails naming n1 and the refusal."""
+    out, workers, rcs, node_items = _run_nodes(src, tmp_path, ["n1", "n2"], tokens={"n2": "not-the-runs"})
+    assert rcs == {"n1": 0, "n2": 1}
+    assert workers["n2"].status["error"].startswith("cannot get ")
+    assert "from n1 (HTTP 403 Forbidden)" in workers["n2"].status["error"]
+    assert workers["n1"].status["served"] == {} and workers["n2"].status["from"] == {}
+
+
+def test_a_pull_falls_back_to_the_next_source_when_the_first_does_not_answer(src, tmp_path):
+    """Every pull of n2 names first a node that does not answer (gone), then n1: after its patience n2 takes each
+    file from n1 (which serves until 3 s after the last request), and the run succeeds."""
+    started = time.monotonic()
+    out, workers, rcs, node_items = _run_nodes(src, tmp_path, ["n1", "n2"], dead_source=True, patience=1, linger=3)
+    assert rcs == {"n1": 0, "n2": 0}, [w.status["error"] for w in workers.values()]
+    assert workers["n2"].status["from"] == {"n1": 300000 + 5 + 7000}
+    assert sync.check(node_items["n2"])["need"] == []
+    assert time.monotonic() - started < 40
 
 
 def test_a_port_in_use_is_named(src, tmp_path):

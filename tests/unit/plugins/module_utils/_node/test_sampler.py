@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
-from tests.unit.conftest import FIXTURES
+from tests.unit import torch_fakes as tf
+from tests.unit.conftest import FIXTURES, busy_sampler_thread
 
 PROC = FIXTURES / "report" / "proc"
 
@@ -95,27 +96,27 @@ def test_a_wrapper_without_the_sampler_file_still_runs_the_rank(tmp_path):
 
 # ---------------------------------------------------------------- the flight recorder (a hang)
 
-class _Dist:
-    def __init__(self, up=True):
-        self.up = up
-
-    def is_initialized(self):
-        return self.up
-
-
-class _C10d:
-    """torch._C._distributed_c10d's dump, as torch 2.13 returns it (pickled): the status alone, or entries."""
+class _C10d(tf.C10d):
+    """torch 2.13's generic recorder alone (a gloo job: tests/unit/torch_fakes.py), its status settable; ``calls``:
+    whether each dump asked for the entries."""
 
     def __init__(self, status, entries=()):
-        self.status, self.entries, self.calls = status, list(entries), []
+        super().__init__(generic=tf.Recorder(status, entries))
 
-    def _dump_fr_trace(self, includeCollectives=True, includeStackTraces=True, onlyActive=False):
-        import pickle
-        self.calls.append(includeCollectives)
-        data = {"version": "2.10", "pg_config": {}, "pg_status": self.status}
-        if includeCollectives:
-            data["entries"] = self.entries
-        return pickle.dumps(data)
+    @property
+    def status(self):
+        return self.recorders["_dump_fr_trace"].status
+
+    @status.setter
+    def status(self, value):
+        self.recorders["_dump_fr_trace"].status = value
+
+    @property
+    def calls(self):
+        return [call["includeCollectives"] is not False for call in self.recorders["_dump_fr_trace"].calls]
+
+
+_Dist = tf.Dist
 
 
 def _status(enq, done):
@@ -244,10 +245,11 @@ def test_the_sampler_records_blocks_with_one_dump_per_new_block(tmp_path, monkey
     monkeypatch.setitem(sys.modules, "torch._C._distributed_c10d", c10d)
     s = sampler.Sampler(str(tmp_path / "0_0.jsonl"), os.getpid(), 1)
     try:
-        assert "frb" not in s.collectives() and c10d.calls == [False]  # 7 of 8: the status alone
+        # 7 of 8: the status alone (once more at the start: whether the backend is recorded, recorder_off)
+        assert "frb" not in s.collectives() and c10d.calls == [False, False]
         c10d.status = _status(8, 8)
         assert s.collectives()["frb"] == [["0", 1, 8, 101.0, 108.0, 104.5, None]]
-        assert c10d.calls == [False, False, True]  # one dump of the entries
+        assert c10d.calls == [False, False, False, True]  # one dump of the entries
         assert "frb" not in s.collectives() and c10d.calls[-1] is False  # recorded once
     finally:
         s.stop()
@@ -256,32 +258,17 @@ def test_the_sampler_records_blocks_with_one_dump_per_new_block(tmp_path, monkey
 def test_the_watcher_reads_the_sampler_threads_cpu_from_proc(tmp_path):
     """A real sampler thread in this process, found by its kernel name and read from /proc, as the node's
     watcher (another process) reads it; a thread that spins is charged with its spinning."""
-    import threading
     import time
 
     from ansible_collections.multinode.training.plugins.module_utils._node import watch
 
     assert watch.SAMPLER_THREAD == sampler.THREAD_NAME
     assert watch.sampler_cpu(os.getpid()) is None  # no sampler thread yet
-    done = threading.Event()
-
-    def busy():
-        sampler.name_thread(sampler.THREAD_NAME)
-        end = time.thread_time() + 0.3
-        while time.thread_time() < end:
-            pass
-        done.wait(10)
-
-    thread = threading.Thread(target=busy)
-    thread.start()
-    try:
+    with busy_sampler_thread(0.3):
         deadline = time.time() + 10
         while (watch.sampler_cpu(os.getpid()) or 0) < 0.25 and time.time() < deadline:
             time.sleep(0.05)
         assert 0.25 <= watch.sampler_cpu(os.getpid()) < 5
-    finally:
-        done.set()
-        thread.join()
     assert watch.sampler_cpu(999999999) is None
 
 

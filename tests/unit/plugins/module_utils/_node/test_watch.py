@@ -713,3 +713,73 @@ def test_follow_watch_conf_carries_the_hang_timeout():
     from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as f
     assert f.watch_conf({"nnodes": "2", "hang_timeout": 60, "watch": None}, "j", "h")["hang"] == 60
     assert f.watch_conf({"nnodes": "2", "watch": None}, "j", "h")["hang"] == 0
+
+
+# ---------------------------------------------------------------- the watcher's own reads (what the hub and report get)
+
+def test_the_watcher_reads_its_ranks_samplers_cpu_and_collectives_and_saves_them(tmp_path):
+    """A running rank (this process, with a sampler thread that spins 0.3 CPU-s) and its latest sample: the
+    node's watcher reads the thread's CPU from /proc into watch_state.json (the report's sampler cost, read from
+    outside the rank) and the rank's flight-recorder status for the hub (a hang is judged on it)."""
+    import time
+
+    from tests.unit.conftest import busy_sampler_thread
+
+    job_dir = _job_dir(tmp_path, "reads", hang=60, lease=0)
+    _rank_group(job_dir, 0, 0, 0, "", os.getpid())
+    (job_dir / "samples").mkdir()
+    (job_dir / "samples" / "0_0.jsonl").write_text(json.dumps(
+        {"kind": "proc", "t": time.time(), "cpu": 1.0, "fr": {"0": [7, 6]}, "where": "train.py:3 in f: x",
+         "op": {"pg": "0", "seq": 7, "name": "nccl:all_reduce"}}) + "\n")
+    with busy_sampler_thread(0.3):
+        time.sleep(0.5)
+        watcher = w.Watcher(str(job_dir))
+        watcher.save(watcher.local_state())
+    state = json.loads((job_dir / "watch_state.json").read_text())
+    assert 0.25 <= state["sampler_cpu"]["0_0"] < 5
+    assert watcher.collectives == [{"node": "node1", "rank": 0, "local_rank": 0, "fr": {"0": [7, 6]},
+                                    "where": "train.py:3 in f: x", "stack": None, "age": 0,
+                                    "op": {"pg": "0", "seq": 7, "name": "nccl:all_reduce"}}]
+
+
+def test_a_crash_loop_is_judged_once_the_last_node_started_the_new_group(tmp_path):
+    """node1 (the hub) started its third worker group, node2 only its second: the attempt that ended is judged
+    when node2 starts its third too (its last group's output read to its end), not before."""
+    job_dir = _job_dir(tmp_path, "loop-two", nodes=["node1", "node2"], restartable=True, no_progress=2, lease=0)
+    watcher = w.Watcher(str(job_dir))
+    watcher.generation, watcher.progress = 3, [None, 0, 0]
+    watcher.node_generation["node2"], watcher.node_progress["node2"] = 2, [None, 0, 0]
+    assert watcher.judge_attempts() is None and watcher.loop["generation"] == 2
+    watcher.node_generation["node2"] = 3
+    stop = watcher.judge_attempts()
+    assert watcher.loop["generation"] == 3 and stop and stop["reason"] == "no_progress"
+
+
+def test_groups_that_end_between_two_looks_are_counted_from_their_records(tmp_path):
+    """Two worker groups fail between two looks of the watcher (a job that crashes fast on a busy node): their
+    start records (restart counts 1 and 2) are there though neither pid was ever seen alive, so the node counts
+    both, and the hub counts both ended attempts without progress (the limit is reached on time)."""
+    import subprocess
+    import sys
+
+    job_dir = _job_dir(tmp_path, "fast-loop", restartable=True, no_progress=3, lease=0)
+    watcher = w.Watcher(str(job_dir))
+    watcher.kill_local = lambda workers_only=False: None
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _rank_group(job_dir, 0, 0, 0, "", dead.pid)
+        watcher.hub_tick(watcher.local_state())
+        assert watcher.generation == 1
+        _rank_group(job_dir, 1, 0, 0, "", dead.pid + 100000)  # failed before any look: never seen alive
+        _rank_group(job_dir, 2, 0, 0, "", alive.pid)
+        watcher.hub_tick(watcher.local_state())
+        assert watcher.generation == 3 and watcher.loop["run"] == 2 and watcher.stop is None
+        _rank_group(job_dir, 3, 0, 0, "", alive.pid + 100001)
+        alive.kill()
+        alive.wait()
+        watcher.hub_tick(watcher.local_state())
+        assert watcher.generation == 4 and watcher.stop and watcher.stop["attempts"] == 3
+    finally:
+        alive.kill()

@@ -39,6 +39,28 @@ def test_the_node_that_enters_last_has_the_most_time_not_spent_waiting():
     assert re.match(r"straggler: n2 1.4[89]x the median time per collective not spent waiting", verdict["line"])
 
 
+def test_a_node_is_named_by_what_it_costs_the_others_where_its_ratio_stays_under():
+    """The collective takes most of each 0.65 s step; node2's ranks arrive 80 and 123 ms after node1's, which
+    wait 123 ms per collective for it (18.9% of their time). Its time per collective not spent waiting is only
+    1.19x node1's (its own first rank waits 43 ms for its second): the ratio rule alone named nobody."""
+    ranks = {("n1", "0_0"): _blocks(100, 0.0, period=0.65), ("n1", "0_1"): _blocks(100, 0.0, period=0.65),
+             ("n2", "0_0"): _blocks(100, 0.08, period=0.65), ("n2", "0_1"): _blocks(100, 0.123, period=0.65)}
+    found = arrival.figures(ranks)
+    assert found["n2"]["cost"] == pytest.approx(0.123 / 0.65, abs=0.002) and found["n1"]["cost"] == 0.0
+    assert straggler.verdict({h: f["work"] for h, f in found.items()}, measure="collective")["stragglers"] == []
+    judged = straggler.cost_verdict(found)
+    assert judged["stragglers"] == [("n2", pytest.approx(1.19, abs=0.01))]
+    assert judged["line"] == ("straggler: n2 costs the other nodes 18.9% of their time per collective, waiting for "
+                              "it (1.19x the median time per collective not spent waiting for other ranks 0.527 s) "
+                              "(over 16.7%, 1 - 1/ratio 1.2)")
+    # at ratio 1.3 (floor 23.1%) nobody; the line names the most costly node and the largest ratio
+    quiet = straggler.cost_verdict(found, 1.3)
+    assert quiet["stragglers"] == [] and quiet["line"].startswith(
+        "no straggler: no node costs the others over 23.1% of their time per collective (the most: n2, 18.9%); "
+        "every node within 1.19x")
+    assert straggler.cost_verdict({"n1": found["n1"]})["line"].startswith("no straggler check")
+
+
 def test_gpu_durations_decide_and_no_clock_is_compared():
     # node2's clock 2 s ahead; its GPU kernels short (it came last), node1's long (it waited 0.1 s in each)
     ranks = {("n1", "0_0"): _blocks(100, 0.0, duration=100.5), ("n2", "0_0"): _blocks(102, 0.0, duration=0.5)}
@@ -75,6 +97,19 @@ def test_a_restart_counts_its_collectives_again_without_meeting_the_first_attemp
     assert arrival.rank_blocks([{"frb": [["0", 1, 8]]}, {"cpu": 1}]) == []  # a record cut short is passed over
 
 
+def test_copies_of_one_block_further_apart_than_slack_are_two_attempts_even_from_other_local_ranks():
+    # a restart 60 s later whose files are other local ranks' (node1's local 0 only in the first attempt, its
+    # local 1 only in the second): no local rank repeats, so only the time apart tells the attempts apart
+    ranks = {("n1", "0_0"): _blocks(100, 0.0), ("n2", "0_0"): _blocks(100, 0.1),
+             ("n1", "1_1"): _blocks(160, 0.1), ("n2", "1_1"): _blocks(160, 0.0)}
+    clusters = arrival.matched(ranks)
+    assert clusters and all(len(c) == 2 for c in clusters)
+    assert all(max(b[arrival.T_FIRST] for b in c.values()) - min(b[arrival.T_FIRST] for b in c.values())
+               <= arrival.SLACK for c in clusters)
+    found = arrival.figures(ranks)
+    assert found["n1"]["wait"] == pytest.approx(0.05, abs=0.002)  # waited 0.1 s in one attempt, 0 in the other
+
+
 def _job(name):
     return timeline.build(os.path.join(JOBS, name))
 
@@ -84,8 +119,10 @@ def test_recorded_gpu_shaped_jobs_name_the_node_with_twice_the_device_time(name)
     model = _job(name)
     assert [node for node, _r in model["straggler"]["stragglers"]] == ["default-node2"]
     assert model["straggler"]["ratios"]["default-node2"] > 1.6
-    assert model["straggler"]["line"].startswith("straggler: default-node2 ")
+    assert model["straggler"]["line"].startswith("straggler: default-node2 costs the other nodes ")
     assert "time per collective not spent waiting for other ranks" in model["straggler"]["line"]
+    # node1 waits for node2 46.9% (spinning) and 49.6% (sleeping) of its time: over 2.8x the floor
+    assert model["straggler"]["costs"]["default-node2"] > 2.5 * straggler.cost_floor(1.2)
     assert set(model["arrival"]) == {"default-node1", "default-node2"}
 
 
@@ -93,7 +130,10 @@ def test_recorded_even_spinning_job_names_nobody():
     model = _job("spin_even")
     assert model["straggler"]["stragglers"] == []
     assert max(model["straggler"]["ratios"].values()) < 1.1
-    assert model["straggler"]["line"].startswith("no straggler: every node within 1.2x the median time per collective")
+    # each node costs the other 3.4% and 5.4% of its time: over 3x under the floor 1 - 1/1.2
+    assert max(model["straggler"]["costs"].values()) < straggler.cost_floor(1.2) / 3
+    assert model["straggler"]["line"].startswith(
+        "no straggler: no node costs the others over 16.7% of their time per collective (the most: default-node1, ")
 
 
 @pytest.mark.parametrize("name", ["spin_slow", "sleep_slow"])

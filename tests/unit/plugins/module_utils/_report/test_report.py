@@ -201,7 +201,10 @@ def test_report_shows_both_figures_per_node(tmp_path):
     assert result["straggler_line"].startswith("straggler: default-node2 ")
     table = text[text.index('<table id="arrival">'):text.index("</table>", text.index('<table id="arrival">'))]
     assert table.count("<tr>") == 3 and "<th>not waiting per collective</th>" in table
-    assert re.search(r"<td>default-node2</td><td>0\.[0-9]+ s</td><td>1\.[6-9][0-9]x</td>", table)
+    assert "<th>costs the others (their time waiting for it)</th>" in table
+    assert re.search(r"<td>default-node2</td><td>4[0-9]\.[0-9]%</td><td>0\.[0-9]+ s</td><td>1\.[6-9][0-9]x</td>",
+                     table)
+    assert re.search(r"<td>default-node1</td><td>0\.0%</td>", table)
     assert "<th>CPU + run-queue wait per step (secondary)</th>" in table
     assert '<p id="secondary">secondary: no straggler: every node within 1.2x the median CPU' in text
     # a job without blocks: no secondary line, the table holds the CPU figure alone

@@ -132,7 +132,7 @@ def test_live_samples_reads_the_latest_attempt_and_tolerates_cut_lines(tmp_path)
     (samples / "notes.txt").write_text("not a sample")
     got = live_samples(str(tmp_path))
     # one moment for both ranks, the older latest sample (10): rank 1 between its samples at 9 and 11
-    assert got == {"demand": 3.5, "ranks": 2, "t": 10.0, "attempt": 1, "blocks": {},
+    assert got == {"demand": 3.5, "ranks": 2, "t": 10.0, "attempt": 1, "blocks": {}, "fr_off": "",
                    "step_lines": ["smoke: rank=0 step=5 loss=0.6"],
                    "lines": ["smoke: rank=0 step=5 loss=0.6", "smoke: rank=0 step=7 loss=0.5"]}
     assert live_samples(str(tmp_path / "nowhere")) is None
@@ -170,6 +170,16 @@ def test_tracker_needs_evidence_and_starts_again_after_a_restart_or_a_step_that_
                            "t": 200.0, "ranks": 2, "attempt": 1}) == {"step": 99, "loss": 0.2}
 
 
+def test_tracker_keeps_the_blocks_of_the_current_attempt_only():
+    tracker = live.Tracker(compile_patterns())
+    first = [["0", 1, 8, 100.0, 107.0, 103.5, None], ["0", 9, 8, 108.0, 115.0, 111.5, None]]
+    again = [["0", 1, 8, 200.0, 207.0, 203.5, None]]  # the restart counts its collectives from 1 again
+    assert tracker.update({"attempt": 0, "blocks": {"0": first}})["blocks"] == {"0": first}
+    assert tracker.update({"attempt": 1, "blocks": {"0": again}})["blocks"] == {"0": again}
+    # the polls' tails overlap: a block seen twice is kept once
+    assert tracker.update({"attempt": 1, "blocks": {"0": again}})["blocks"] == {"0": again}
+
+
 def test_latest_step_and_a_pattern_without_a_step():
     patterns = compile_patterns()
     hf = "{'loss': 0.75, 'grad_norm': 1.0, 'learning_rate': 5e-05, 'epoch': 0.5}"
@@ -177,8 +187,9 @@ def test_latest_step_and_a_pattern_without_a_step():
     assert live.latest_step([hf], patterns) == (None, 0.75)
     assert live.suffix({"loss": 0.75}, None) == " | loss 0.75"
     assert live.suffix({}, ("n2", 2.5, "demand")) == " | slowest so far: n2 2.50x the median CPU per step"
-    assert live.suffix({}, ("n2", 1.9, "collective")) == (
-        " | slowest so far: n2 1.90x the median time per collective not spent waiting")
+    assert live.suffix({}, ("n2", 1.9, "collective", 0.187)) == (
+        " | slowest so far: n2 costs the others 18.7% of their time per collective (1.90x the median time per "
+        "collective not spent waiting)")
 
 
 def test_ratio_of_the_actions_argument():
@@ -215,8 +226,12 @@ def test_cluster_live_names_node2_from_one_poll_of_all_nodes(tmp_path, name, mea
         line = cluster.line(polled)
         at += 5.0
     assert re.search(r" [|] step [0-9]+", line)
-    assert line.endswith(" | slowest so far: default-node2 %.2fx the median %s"
-                         % (live.slowest(cluster.figures)[1], measure))
+    slow = live.slowest(cluster.figures)
+    if slow[2] == "collective":
+        assert line.endswith(" | slowest so far: default-node2 costs the others %.1f%% of their time per collective "
+                             "(%.2fx the median %s)" % (slow[3] * 100, slow[1], measure))
+    else:
+        assert line.endswith(" | slowest so far: default-node2 %.2fx the median %s" % (slow[1], measure))
     assert live.ClusterLive("").line({}) == ""
 
 
@@ -227,12 +242,14 @@ def test_gpu_shaped_slow_node_is_named_from_the_flight_recorder(tmp_path, name):
     named = []
     lines, shared = _replay(tmp_path, name, every=3.0, named=named)
     assert named and set(named) == {"default-node2"}
-    host, ratio, measure = live.slowest(live.read_shared(str(shared)))
-    assert (host, measure) == ("default-node2", "collective") and ratio > 1.6
+    host, ratio, measure, cost = live.slowest(live.read_shared(str(shared)))
+    assert (host, measure) == ("default-node2", "collective") and ratio > 1.6 and cost > 0.4
     report = timeline.build(os.path.join(JOBS, name))
     assert ratio == pytest.approx(report["straggler"]["ratios"]["default-node2"], rel=0.1)
+    assert cost == pytest.approx(report["straggler"]["costs"]["default-node2"], rel=0.1)
     assert lines["default-node2"].endswith(
-        " | slowest so far: default-node2 %.2fx the median time per collective not spent waiting" % ratio)
+        " | slowest so far: default-node2 costs the others %.1f%% of their time per collective (%.2fx the median "
+        "time per collective not spent waiting)" % (cost * 100, ratio))
 
 
 @pytest.mark.parametrize("every", [1.0, 3.0])

@@ -1,0 +1,203 @@
+"""The node side's contract with the real torch: run by a python that has torch (make test runs it with the CUDA
+wheel of scripts/check_cuda_build.sh and with the pinned CPU wheel in scripts/gpu_check.sh's CPU part; the GPU
+machine with its own torch). No GPU needed: importing torch and calling its recorders is enough.
+
+  python scripts/check_torch_contract.py
+
+Checks, one line each, exit 1 on the first set that fails:
+  names      every private torch name the node side's files call (``_dump_*`` of torch._C._distributed_c10d,
+             found in the files, not listed here) exists in this torch where its build has the backend
+             (NCCL's only with NCCL), and takes every keyword the sampler passes it
+  fakes      tests/unit/torch_fakes.py's recorders take exactly the real bindings' keywords
+  recorders  the sampler (_node/sampler.py, as shipped to the ranks) reads this torch's recorders for real: a gloo
+             group of one rank runs three all_reduces and the sampler names them from the generic recorder; the
+             NCCL recorder (CUDA builds) answers the sampler's call with a status per process group
+  analyser   the NCCL dumps the fakes build parse with torch's own analyser (torch.distributed.flight_recorder,
+             build_db as torch's debug handlers call it; torch >= 2.10), a hang's too
+"""
+from __future__ import annotations
+
+import ast
+import contextlib
+import importlib.util
+import io
+import logging
+import inspect
+import os
+import pickle
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The files that run in or beside the ranks (shipped to the nodes).
+NODE_SIDE = [os.path.join(ROOT, "plugins", "module_utils", "_node", name)
+             for name in sorted(os.listdir(os.path.join(ROOT, "plugins", "module_utils", "_node")))
+             if name.endswith(".py")] + \
+    [os.path.join(ROOT, "roles", "train", "files", name)
+     for name in sorted(os.listdir(os.path.join(ROOT, "roles", "train", "files"))) if name.endswith(".py")]
+PRIVATE = re.compile(r"\b(_dump_[a-z_]+|_reset_fr_[a-z_]+)\b")
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def keywords(function):
+    """A pybind function's keywords from its docstring's first line: ``f(a: bool | None = None, ...) -> bytes``."""
+    first = (function.__doc__ or "").strip().splitlines()[0]
+    inside = first[first.index("(") + 1:first.rindex(")")]
+    return [part.split(":")[0].split("=")[0].strip() for part in inside.split(",") if part.strip()]
+
+
+def sampler_keywords(path):
+    """The keywords the sampler passes to the recorders (every call of its ``_dumps``)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_dumps":
+            found.update(k.arg for k in node.keywords if k.arg)
+    return found
+
+
+def main():
+    import torch
+    import torch.distributed as dist
+    c10d = sys.modules["torch._C._distributed_c10d"]
+    nccl = dist.is_nccl_available()
+    print("torch %s (CUDA %s, NCCL %s), python %s" % (
+        torch.__version__, torch.version.cuda, "yes" if nccl else "no", sys.version.split()[0]))
+    sampler_path = os.path.join(ROOT, "plugins", "module_utils", "_node", "sampler.py")
+    sampler = load("mt_sample", sampler_path)
+    sys.path.insert(0, os.path.join(ROOT, "tests", "unit"))
+    fakes = load("torch_fakes", os.path.join(ROOT, "tests", "unit", "torch_fakes.py"))
+    failed = []
+
+    def check(name, problems, seen):
+        print("%-5s %-9s %s" % ("FAIL" if problems else "PASS", name, "; ".join(problems) if problems else seen))
+        failed.extend(problems)
+
+    # names: what the node side calls, found in its files (less the names those files define themselves)
+    own = set(node.name for path in NODE_SIDE for node in ast.walk(ast.parse(open(path).read()))
+              if isinstance(node, (ast.FunctionDef, ast.ClassDef)))
+    used = sorted(set(m for path in NODE_SIDE for m in PRIVATE.findall(open(path).read())) - own)
+    passed = sorted(sampler_keywords(sampler_path))
+    problems = []
+    for name in used:
+        if "nccl" in name and not nccl:
+            continue  # a build without NCCL has no NCCL recorder; the sampler asks for it only in NCCL jobs
+        function = getattr(c10d, name, None)
+        if function is None:
+            problems.append("torch._C._distributed_c10d.%s (called in %s) is not in torch %s" % (
+                name, ", ".join(os.path.relpath(p, ROOT) for p in NODE_SIDE if name in open(p).read()),
+                torch.__version__))
+            continue
+        missing = [k for k in passed if k not in keywords(function)]
+        if missing and name.startswith("_dump_") and not name.endswith("_json"):
+            problems.append("%s takes %s, not %s" % (name, keywords(function), missing))
+    checked = [n for n in used if nccl or "nccl" not in n]
+    check("names", problems, "%s exist%s; the sampler passes %s" % (
+        ", ".join(checked), " (no NCCL in this build: %s not asked)" % ", ".join(sorted(set(used) - set(checked)))
+        if set(used) - set(checked) else "", ", ".join(passed)))
+
+    # fakes: the stand-ins' recorders take what the real ones take
+    problems = []
+    for name in (sampler.NCCL_RECORDER, sampler.GENERIC_RECORDER):
+        function = getattr(c10d, name, None)
+        if function is not None and tuple(keywords(function)) != fakes.RECORDER_KEYWORDS:
+            problems.append("%s takes %s, tests/unit/torch_fakes.py %s" % (
+                name, keywords(function), fakes.RECORDER_KEYWORDS))
+    fake = fakes.C10d(nccl=fakes.Recorder({}), generic=fakes.Recorder({}))
+    for name in (sampler.NCCL_RECORDER, sampler.GENERIC_RECORDER):
+        if name not in fake.recorders:
+            problems.append("tests/unit/torch_fakes.py has no %s" % name)
+            continue
+        params = tuple(inspect.signature(getattr(fake, name)).parameters)
+        if params != fakes.RECORDER_KEYWORDS:
+            problems.append("the fake %s takes %s" % (name, params))
+    check("fakes", problems, "the fakes' recorders take %s, as torch's" % (", ".join(fakes.RECORDER_KEYWORDS),))
+
+    # recorders: the sampler on this torch's own recorders
+    problems = []
+    sampler.recorder_env(os.environ, sampler.torch_version())
+    os.environ.setdefault(sampler.BUFFER_ENV, "2000")
+    dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+    try:
+        for _step in range(3):
+            dist.all_reduce(torch.ones(4))
+        status, off = sampler.fr_status(), sampler.recorder_off()
+        generic = hasattr(c10d, sampler.GENERIC_RECORDER)
+        if generic:
+            if status != {"0": [3, 3]}:
+                problems.append("fr_status() after 3 gloo all_reduces: %r, not {'0': [3, 3]}" % (status,))
+            if sampler.fr_op("0", 3) != "gloo:all_reduce":
+                problems.append("fr_op('0', 3): %r, not 'gloo:all_reduce'" % (sampler.fr_op("0", 3),))
+            entries = sampler.fr_entries()
+            if [e.get("collective_seq_id") for e in entries] != [1, 2, 3] or not all(
+                    e.get("time_created_ns") for e in entries):
+                problems.append("fr_entries(): %r" % (entries,))
+            if off != "":
+                problems.append("recorder_off() with a generic recorder: %r" % (off,))
+        elif not off or "backend gloo" not in off:
+            problems.append("a torch without the generic recorder, and recorder_off() says %r" % (off,))
+        if nccl:
+            answered = dict(sampler._dumps(c10d, True, includeCollectives=False))
+            data = answered.get(sampler.NCCL_RECORDER)
+            if not isinstance(data, dict) or not {"version", "pg_config", "pg_status"} <= set(data):
+                problems.append("the NCCL recorder's dump through the sampler: %r" % (data,))
+            else:
+                full = dict(sampler._dumps(c10d, True, includeStackTraces=False)).get(sampler.NCCL_RECORDER)
+                if "entries" not in (full or {}):
+                    problems.append("the NCCL recorder's dump with collectives has no entries: %r" % (full,))
+    finally:
+        dist.destroy_process_group()
+    check("recorders", problems, "gloo: %s, status %s%s" % (
+        "generic recorder" if hasattr(c10d, sampler.GENERIC_RECORDER) else "none (%s)" % off, status,
+        "; NCCL recorder answers the sampler (version %s)" % data["version"] if nccl and not problems else ""))
+
+    # analyser: the fakes' NCCL dumps parse with torch's own
+    problems = []
+    try:
+        from torch.distributed.flight_recorder.components.builder import build_db
+        from torch.distributed.flight_recorder.components.config_manager import JobConfig
+    except ImportError as exc:
+        check("analyser", [], "not in torch %s (%s): skipped" % (torch.__version__, exc))
+    else:
+        counts = {}
+        for case, late in (("even", None), ("hang", 1)):
+            dumps = fakes.two_rank_nccl_dumps(late_rank=late)
+            args = JobConfig().parse_args(args=[])
+            args.allow_incomplete_ranks = True
+            details = {"rank%d" % r: dict(d, rank=r, host_name="node%d" % (r + 1)) for r, d in dumps.items()}
+            for detail in details.values():  # the analyser's input: pickles round-tripped as files would be
+                detail.update(pickle.loads(pickle.dumps(detail)))
+            said = io.StringIO()
+            logger = logging.getLogger("Flight Recorder")  # the analyser's own logger (its fr_logger)
+            kept, logger.handlers = logger.handlers, [logging.StreamHandler(said)]
+            try:
+                with contextlib.redirect_stdout(said):
+                    db = build_db(details, args, fakes.VERSION)
+                counts[case] = len(db.collectives)
+            except Exception as exc:  # noqa: B902 - the analyser refused the fakes' dumps
+                problems.append("%s: build_db refused the fakes' NCCL dumps: %s: %s" % (case, type(exc).__name__, exc))
+                continue
+            finally:
+                logger.handlers = kept
+            # the hang: rank 1 never entered all_reduce #3, which the analyser reports as such
+            if late is not None and "missing ranks: {1}" not in said.getvalue():
+                problems.append("the analyser did not see rank 1 missing from the hang's last all_reduce: %r"
+                                % said.getvalue()[-300:])
+        if not problems and counts.get("even") != 3:
+            problems.append("build_db found %s collectives in 3 all_reduces on 2 ranks" % counts.get("even"))
+        check("analyser", problems, "torch's build_db parses the fakes' NCCL dumps (collectives: %s; the hang's rank 1 "
+              "named missing)" % counts)
+    if failed:
+        print("torch contract: %d problem(s)" % len(failed))
+        return 1
+    print("torch contract: every check passed with torch %s" % torch.__version__)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
