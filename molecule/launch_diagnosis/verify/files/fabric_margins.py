@@ -2,7 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """One line: how far a fabric check's figures were from the thresholds they were judged by.
 
-    fabric_margins.py runs/<job id>/fabric.json RATIO
+    fabric_margins.py runs/<job id>/fabric.json RATIO [MIN]
+
+With MIN, it exits 1 when a node's decision (below) is less than MIN times from its threshold:
+noise, not the fault, could then have decided.
 
 For links (Gbit/s) and compute (GFLOP/s), as fractions of the verdict's median: the lowest
 figure at or over RATIO and how many times RATIO it is, the highest under RATIO and how many
@@ -91,10 +94,15 @@ def _node_margins(verdict, ratio, links, compute, relative):
             continue
         what = min(figures, key=figures.get)  # kept: the closest over; flagged: the furthest under
         if node in (verdict.get("flagged") or {}):
-            out.append("%s flagged: %.2fx under (%s)" % (node, 1 / figures[what], what))
+            out.append((node, "flagged", 1 / figures[what], what))
         else:
-            out.append("%s kept: %.2fx over (%s)" % (node, figures[what], what))
+            out.append((node, "kept", figures[what], what))
     return out
+
+
+def _decision_text(decision):
+    node, how, times, what = decision
+    return "%s %s: %.2fx %s (%s)" % (node, how, times, "under" if how == "flagged" else "over", what)
 
 
 def margins(verdict, ratio):
@@ -115,15 +123,24 @@ def margins(verdict, ratio):
         parts.append("latency: highest %.3g ms, %.2fx under its threshold %.3g ms" % (
             worst, threshold / worst, threshold))
     parts += _line_margins(verdict, links)
-    parts += _node_margins(verdict, ratio, links, compute, relative)
-    return "; ".join(parts) or "no figures"
+    decisions = _node_margins(verdict, ratio, links, compute, relative)
+    parts += [_decision_text(d) for d in decisions]
+    return "; ".join(parts) or "no figures", decisions
 
 
 def main(argv):
     with open(argv[1], encoding="utf-8") as handle:
         verdict = json.load(handle)
-    print(margins(verdict, float(argv[2])))
+    text, decisions = margins(verdict, float(argv[2]))
+    print(text)
+    if len(argv) > 3:
+        close = [_decision_text(d) for d in decisions if d[2] < float(argv[3])]
+        if close or not decisions:
+            sys.stderr.write("decisions under %sx from their thresholds: %s\n" % (
+                argv[3], "; ".join(close) or "no node decided"))
+            return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    sys.exit(main(sys.argv))
