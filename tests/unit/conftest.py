@@ -33,21 +33,24 @@ def shared_dir():
 @contextlib.contextmanager
 def busy_sampler_thread(seconds=0.3):
     """A thread of this process named as the rank's sampler thread (_node.sampler.THREAD_NAME) that spins
-    ``seconds`` of CPU, then idles until the block ends: what the node's watcher reads from /proc."""
+    ``seconds`` of CPU, then idles until the block ends: what the node's watcher reads from /proc. The block
+    starts once the CPU is spent (on a loaded host that takes longer than ``seconds``)."""
     from ansible_collections.multinode.training.plugins.module_utils._node import sampler
 
-    done = threading.Event()
+    spun, done = threading.Event(), threading.Event()
 
     def busy():
         sampler.name_thread(sampler.THREAD_NAME)
         end = time.thread_time() + seconds
         while time.thread_time() < end:
             pass
-        done.wait(10)
+        spun.set()
+        done.wait(60)
 
     thread = threading.Thread(target=busy)
     thread.start()
     try:
+        assert spun.wait(60), "the busy thread did not get %s s of CPU within 60 s" % seconds
         yield thread
     finally:
         done.set()

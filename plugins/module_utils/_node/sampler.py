@@ -95,6 +95,60 @@ def gpu_sample(smi):
     return {"gpus": parse_csv(gpus), "apps": parse_csv(apps)}
 
 
+# nvidia-smi runs in a helper process of the rank (this file run as ``mt_sample.py --smi <nvidia-smi>``), named
+# HELPER_NAME: it reaps the nvidia-smi calls, so its CPU time with its children's (utime, stime, cutime, cstime)
+# is what they cost, and the node's watcher reads it from /proc beside the sampler thread's
+# (_node.watch.sampler_cpu). Run from the sampler thread itself, their CPU would go to the rank's own children
+# time, mixed with whatever else the script starts and reaps (data loader workers).
+HELPER_NAME = "mt-smi"
+# Seconds the sampler waits for the helper's answer (two nvidia-smi calls of at most 5 s each).
+HELPER_WAIT = 12.0
+
+
+def helper_main(smi, stdin=None, stdout=None):
+    """The helper's loop: one gpu_sample per line read, one JSON line written; ends when the rank closes its end
+    (the rank ended, or was killed)."""
+    name_thread(HELPER_NAME)
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    for _line in stdin:
+        stdout.write(json.dumps(gpu_sample(smi)) + "\n")
+        stdout.flush()
+
+
+class SmiHelper(object):
+    """The rank's side of the helper: started at the first sample, started again if it died."""
+
+    def __init__(self, smi):
+        self.smi, self.proc = smi, None
+
+    def sample(self):
+        import select
+        try:
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--smi", self.smi],
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, close_fds=True)
+            self.proc.stdin.write("\n")
+            self.proc.stdin.flush()
+            ready, _w, _x = select.select([self.proc.stdout], [], [], HELPER_WAIT)
+            if not ready:
+                raise OSError("no answer from the nvidia-smi helper within %ss" % HELPER_WAIT)
+            return json.loads(self.proc.stdout.readline() or "{}")
+        except (OSError, ValueError):
+            self.stop()
+            return {}
+
+    def stop(self):
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()
+            proc.wait(2)
+        except (OSError, subprocess.SubprocessError):
+            proc.kill()
+            proc.wait()
+
+
 # The flight recorders of torch._C._distributed_c10d and the backends that write to each (docs/design.md, "The
 # flight recorder"): ProcessGroupNCCL records into its own (``_dump_nccl_trace``: torch >= 2.4, builds with NCCL),
 # every other backend (gloo) into the generic one (``_dump_fr_trace``: torch >= 2.8). Both take the keywords
@@ -178,8 +232,8 @@ def fr_status(modules=None):
 def recorder_off(modules=None, version=None, env=None):
     """Once the script's process group runs: why this rank's collectives cannot be seen (``torch 2.7.1 records no
     collectives for backend gloo (its recorder came with torch 2.8)``), or '' when every backend of its default
-    group has a recorder that answers; None before the group runs. The node's watcher and the controller turn it into the line ``hang detection
-    off on <node>: ...``; without it a hang is never judged and the straggler is named by the CPU figure."""
+    group has a recorder that answers; None before the group runs. The controller turns it into the line ``hang
+    detection off on <node>: ...``; without a recorder no hang is judged and the CPU figure names the straggler."""
     dist, c10d = _modules(modules)
     if dist is None or c10d is None:
         return None
@@ -401,7 +455,7 @@ class Sampler:
 
     def __init__(self, path, pid, local_rank, interval=INTERVAL, proc="/proc", smi=None):
         self.path, self.pid, self.interval, self.proc = path, pid, interval, proc
-        self.smi = smi if local_rank == 0 else None
+        self.smi = SmiHelper(smi) if smi and local_rank == 0 else None
         self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = None
@@ -431,7 +485,7 @@ class Sampler:
             return
         data.update({"t": round(time.time(), 3), "kind": "proc", "self_cpu": round(self._self_cpu, 4)})
         if self.smi:
-            data.update(gpu_sample(self.smi))
+            data.update(self.smi.sample())
         data.update(self.collectives(final))
         self.record(data)
 
@@ -487,6 +541,8 @@ class Sampler:
         for tee in self.tees:
             tee.flush_skipped()
         self.sample(final=True)  # from the script's thread: no stack of its own
+        if self.smi:
+            self.smi.stop()
         with self._lock:
             self._handle.close()
 
@@ -508,3 +564,7 @@ def start(job_dir, env, streams):
         sampler.tees.append(tee)
         setattr(owner, attr, tee)
     return sampler.start()
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--smi"]:
+    helper_main(sys.argv[2])

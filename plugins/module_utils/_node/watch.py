@@ -675,32 +675,72 @@ def rank0_line(job_dir):
     return lines[-1][-200:] if lines else None
 
 
-# The rank sampler's thread name (_node.sampler.THREAD_NAME) and how often the watcher reads its CPU time.
+# The rank sampler's thread name (_node.sampler.THREAD_NAME), its nvidia-smi helper's process name
+# (_node.sampler.HELPER_NAME) and how often the watcher reads their CPU time.
 SAMPLER_THREAD = "mt-sampler"
+SAMPLER_HELPER = "mt-smi"
 SAMPLER_READ_EVERY = 10.0
 
 
+def _stat_fields(path):
+    """/proc/.../stat after the command name (which may hold spaces and parentheses)."""
+    with open(path) as handle:
+        text = handle.read()
+    return text[text.rindex(")") + 2:].split()
+
+
+def _children(pid, proc="/proc"):
+    """The pids whose parent is ``pid``: /proc/<pid>/task/*/children where the kernel has it, else a scan."""
+    base = os.path.join(proc, str(pid), "task")
+    found = set()
+    try:
+        for tid in os.listdir(base):
+            with open(os.path.join(base, tid, "children")) as handle:
+                found.update(int(p) for p in handle.read().split())
+        return found
+    except (OSError, ValueError):
+        pass
+    for name in os.listdir(proc) if os.path.isdir(proc) else []:
+        if name.isdigit():
+            try:
+                if int(_stat_fields(os.path.join(proc, name, "stat"))[1]) == int(pid):
+                    found.add(int(name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return found
+
+
 def sampler_cpu(pid, proc="/proc", ticks=None):
-    """CPU seconds (user + system) of rank ``pid``'s sampler thread, the task named SAMPLER_THREAD, read from
-    /proc by this process - not the sampler's own clock; None when the rank or the thread is not there."""
-    ticks = ticks or os.sysconf("SC_CLK_TCK")
+    """CPU seconds of rank ``pid``'s sampler, read from /proc by this process - not the sampler's own clock: its
+    thread (the task named SAMPLER_THREAD: user + system) and its nvidia-smi helper (the child process named
+    SAMPLER_HELPER: user + system with its reaped nvidia-smi calls'); None when neither is there."""
+    ticks = float(ticks or os.sysconf("SC_CLK_TCK"))
     base = os.path.join(proc, str(pid), "task")
     try:
         tids = os.listdir(base)
     except OSError:
         return None
+    total, found = 0.0, False
     for tid in tids:
         try:
             with open(os.path.join(base, tid, "comm")) as handle:
                 if handle.read().strip() != SAMPLER_THREAD:
                     continue
-            with open(os.path.join(base, tid, "stat")) as handle:
-                text = handle.read()
-            fields = text[text.rindex(")") + 2:].split()
-            return (int(fields[11]) + int(fields[12])) / float(ticks)
+            fields = _stat_fields(os.path.join(base, tid, "stat"))
+            total, found = total + (int(fields[11]) + int(fields[12])) / ticks, True
+            break
         except (OSError, ValueError, IndexError):
             continue
-    return None
+    for child in sorted(_children(pid, proc)):
+        try:
+            with open(os.path.join(proc, str(child), "comm")) as handle:
+                if handle.read().strip() != SAMPLER_HELPER:
+                    continue
+            fields = _stat_fields(os.path.join(proc, str(child), "stat"))
+            total, found = total + sum(int(f) for f in fields[11:15]) / ticks, True
+        except (OSError, ValueError, IndexError):
+            continue
+    return total if found else None
 
 
 def sample_files(job_dir):

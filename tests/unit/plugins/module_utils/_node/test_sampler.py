@@ -294,3 +294,32 @@ def test_the_entries_are_dumped_at_most_every_dump_every_seconds_unless_half_are
         s.stop()
     assert sampler.fr_buffer({"TORCH_FR_BUFFER_SIZE": "50"}) == 50 and sampler.fr_buffer({}) == 2000
     assert sampler.fr_buffer({"TORCH_FR_BUFFER_SIZE": "x"}) == 2000
+
+
+def test_nvidia_smi_runs_in_a_helper_whose_cpu_the_watcher_reads_with_its_children(tmp_path):
+    """Local rank 0 asks nvidia-smi through a helper process (mt-smi) that reaps the calls: the node's watcher
+    reads the helper's CPU, its nvidia-smi children's included, from /proc - here a stand-in nvidia-smi that
+    burns 0.1 CPU-s a call, 6 calls: at least 0.6 s, none of it on the sampler's own clock."""
+    from ansible_collections.multinode.training.plugins.module_utils._node import watch
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!%s\nimport sys, time\nend = time.process_time() + 0.1\nwhile time.process_time() < end:\n"
+                   "    pass\nprint('0, 87, 40100' if '--query-gpu' in sys.argv[1] else '4242, 39000')\n"
+                   % sys.executable)
+    smi.chmod(0o755)
+    assert watch.SAMPLER_HELPER == sampler.HELPER_NAME
+    s = sampler.Sampler(str(tmp_path / "0_0.jsonl"), os.getpid(), 0, smi=str(smi))
+    try:
+        for _sample in range(3):
+            s.sample()
+        helper = s.smi.proc.pid
+        with open("/proc/%d/comm" % helper) as handle:
+            assert handle.read().strip() == "mt-smi"
+        assert helper in watch._children(os.getpid())
+        assert 0.6 <= watch.sampler_cpu(os.getpid()) < 10
+    finally:
+        s.stop()
+    records = [json.loads(line) for line in (tmp_path / "0_0.jsonl").read_text().splitlines()]
+    assert [r["gpus"] for r in records] == [[[0, 87, 40100]]] * 4 and records[0]["apps"] == [[4242, 39000]]
+    assert not os.path.exists("/proc/%d" % helper) or open("/proc/%d/stat" % helper).read().split()[2] == "Z"
+    assert s.smi.proc is None  # stopped with the sampler
