@@ -56,7 +56,8 @@ def parse_args(argv=None):
     parser.add_argument("--slow-factor", type=float, default=2.0)
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger-seconds", type=float, default=0.0)
-    parser.add_argument("--checkpoint-dir", default="")
+    # by default the directory the collection gives the job (train_checkpoint_dir)
+    parser.add_argument("--checkpoint-dir", default=os.environ.get("MULTINODE_TRAINING_CHECKPOINT_DIR", ""))
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--echo-args", action="store_true",
                         help="print the arguments received (each repr'd) and exit after the all-reduce")

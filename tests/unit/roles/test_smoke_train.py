@@ -21,3 +21,11 @@ def test_the_loaded_op_libraries_and_their_files(monkeypatch):
         monkeypatch.setitem(sys.modules, name, module)
     assert smoke.loaded_ops() == {"cpu_adam_op": site + "/adam/cpu_adam_op.cpython-311-x86_64-linux-gnu.so",
                                   "deepspeed_shm_comm_op": site + "/comm/deepspeed_shm_comm_op.cpython-311.so"}
+
+
+def test_the_checkpoint_directory_comes_from_the_collection_unless_given(monkeypatch):
+    monkeypatch.setenv("MULTINODE_TRAINING_CHECKPOINT_DIR", "/shared/ckpt")
+    assert smoke.parse_args([]).checkpoint_dir == "/shared/ckpt"
+    assert smoke.parse_args(["--checkpoint-dir", "/mine"]).checkpoint_dir == "/mine"
+    monkeypatch.delenv("MULTINODE_TRAINING_CHECKPOINT_DIR")
+    assert smoke.parse_args([]).checkpoint_dir == ""
