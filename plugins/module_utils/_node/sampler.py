@@ -107,8 +107,15 @@ HELPER_WAIT = 12.0
 
 def helper_main(smi, stdin=None, stdout=None):
     """The helper's loop: one gpu_sample per line read, one JSON line written; ends when the rank closes its end
-    (the rank ended, or was killed)."""
+    (the rank ended, or was killed), or with the thread that started it (PR_SET_PDEATHSIG: a child the rank forked
+    after it, a data loader worker, may hold that end open)."""
     name_thread(HELPER_NAME)
+    try:
+        import ctypes
+        import signal
+        ctypes.CDLL(None).prctl(1, int(signal.SIGTERM), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError, TypeError):
+        pass
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     for _line in stdin:
         stdout.write(json.dumps(gpu_sample(smi)) + "\n")

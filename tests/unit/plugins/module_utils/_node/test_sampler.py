@@ -323,3 +323,31 @@ def test_nvidia_smi_runs_in_a_helper_whose_cpu_the_watcher_reads_with_its_childr
     assert [r["gpus"] for r in records] == [[[0, 87, 40100]]] * 4 and records[0]["apps"] == [[4242, 39000]]
     assert not os.path.exists("/proc/%d" % helper) or open("/proc/%d/stat" % helper).read().split()[2] == "Z"
     assert s.smi.proc is None  # stopped with the sampler
+
+
+def test_the_helper_ends_with_the_rank_even_while_a_forked_child_holds_its_pipe(tmp_path):
+    """A rank that forked a worker after starting the helper (a data loader) dies: the worker still holds the
+    helper's stdin open, yet the helper ends with the rank (PR_SET_PDEATHSIG), not with the worker."""
+    import time
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, 1, 2'\n")
+    smi.chmod(0o755)
+    rank = subprocess.run([sys.executable, "-c", (
+        "import importlib.util, os, sys, time\n"
+        "spec = importlib.util.spec_from_file_location('mt_sample', sys.argv[1])\n"
+        "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m)\n"
+        "h = m.SmiHelper(sys.argv[2]); h.sample()\n"
+        "if os.fork() == 0:\n"
+        "    time.sleep(15); os._exit(0)\n"
+        "print(h.proc.pid, flush=True); os._exit(0)\n"), sampler.__file__, str(smi)],
+        stdout=open(str(tmp_path / "out"), "w"), stderr=subprocess.DEVNULL, timeout=30, check=True)
+    assert rank.returncode == 0
+    helper = int((tmp_path / "out").read_text().split()[0])
+    deadline = time.time() + 10
+    while time.time() < deadline and os.path.exists("/proc/%d" % helper) and \
+            open("/proc/%d/stat" % helper).read().split(")")[-1].split()[0] != "Z":
+        time.sleep(0.1)
+    gone = not os.path.exists("/proc/%d" % helper) or \
+        open("/proc/%d/stat" % helper).read().split(")")[-1].split()[0] == "Z"
+    assert gone, "the helper %d outlived its rank" % helper
