@@ -24,6 +24,7 @@ import json
 import os
 import pickle
 import re
+import select
 import shutil
 import subprocess
 import sys
@@ -129,7 +130,6 @@ class SmiHelper(object):
         self.smi, self.proc = smi, None
 
     def sample(self):
-        import select
         try:
             if self.proc is None or self.proc.poll() is not None:
                 self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--smi", self.smi],
