@@ -116,14 +116,25 @@ for s in "$@"; do
   if [ "$rc" = 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); failed_names+=("$s"); fi
 done
 # A CI page may show only the last lines: for each failed scenario, the task that
-# failed (the last `fatal:` / `failed:` of its log, from its TASK line on) comes last;
+# failed comes last: its TASK line, the last `fatal:` / `failed:` line of the log and
+# the 12 lines after it, then the last 30 lines of that result (a failed loop item
+# that ran a play ends with that play's own failure and recap, far below its start),
+# then once more the task and the first line of its assertion or message;
 # for a failed make target, its failing tests and last lines.
-why() {  # scenario log -> its failing task and message, colours stripped, at most 40 lines
+why() {  # scenario log -> its failing task and message, colours stripped, at most 47 lines
   sed 's/\x1b\[[0-9;]*m//g; s/^ *│ //' "$1" | awk '
-    /^TASK \[/ { task = $0 }
-    /^(fatal|failed): \[/ { last = task "\n" $0 "\n"; tail = 36; next }
-    tail > 0 { last = last $0 "\n"; tail-- }
-    END { printf "%s", last }'
+    function flush() { if (n >= 0) { last = head; from = (n > 42) ? n - 29 : 13
+        if (n > 42) last = last "   ... (" n - 42 " lines left out)\n"
+        for (i = from; i <= n; i++) if (i > 12) last = last body[i] "\n"
+        last = last "failed task: " task (said == "" ? "" : " |" said) "\n" }
+      n = -1 }
+    BEGIN { n = -1 }
+    /^(TASK \[|PLAY RECAP|PLAY \[|RUNNING HANDLER)/ { flush(); task = $0; next }
+    /└─ Return code/ { flush(); next }
+    /^(fatal|failed): \[/ { flush(); head = task "\n" $0 "\n"; n = 0; said = ""; next }
+    n >= 0 { body[++n] = $0; if (n <= 12) head = head $0 "\n"
+      if (said == "" && $0 ~ /^ +(assertion|msg):/) said = " " $0; gsub(/ +/, " ", said) }
+    END { flush(); printf "%s", last }'
 }
 for s in "${failed_names[@]}"; do
   [ -f "$logs/$s.log" ] || continue
