@@ -125,7 +125,7 @@ why() {  # scenario log -> its failing task and message, colours stripped, at mo
   sed 's/\x1b\[[0-9;]*m//g; s/^ *│ //' "$1" | awk '
     function flush() { if (n >= 0) { last = head; from = (n > 42) ? n - 29 : 13
         if (n > 42) last = last "   ... (" n - 42 " lines left out)\n"
-        for (i = from; i <= n; i++) if (i > 12) last = last body[i] "\n"
+        for (i = from; i <= n; i++) last = last body[i] "\n"
         last = last "failed task: " task (said == "" ? "" : " |" said) "\n" }
       n = -1 }
     BEGIN { n = -1 }
@@ -133,7 +133,7 @@ why() {  # scenario log -> its failing task and message, colours stripped, at mo
     /└─ Return code/ { flush(); next }
     /^(fatal|failed): \[/ { flush(); head = task "\n" $0 "\n"; n = 0; said = ""; next }
     n >= 0 { body[++n] = $0; if (n <= 12) head = head $0 "\n"
-      if (said == "" && $0 ~ /^ +(assertion|msg):/) said = " " $0; gsub(/ +/, " ", said) }
+      if (said == "" && $0 ~ /^ +(assertion|msg):/) { said = $0; gsub(/ +/, " ", said) } }
     END { flush(); printf "%s", last }'
 }
 for s in "${failed_names[@]}"; do
