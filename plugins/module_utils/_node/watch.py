@@ -142,6 +142,17 @@ def first_failure(failures):
     return sorted(tied, key=lambda f: (bool(f.get("peer")), f.get("rank") if f.get("rank") is not None else 1 << 30))[0]
 
 
+def latest_failure(failures):
+    """The failure a crash loop's stop names for the attempt that ended last: the latest first-hand one
+    (a rank that died because another did - a ``peer`` error - dies after its cause, so the latest of
+    all is often a peer's), else the latest. None when the list is empty."""
+    items = [f for f in failures or [] if f and f.get("time") is not None]
+    if not items:
+        return None
+    first_hand = [f for f in items if not f.get("peer")]
+    return max(first_hand or items, key=lambda f: f["time"])
+
+
 def lost_nodes(nodes, last_seen, states, now, lost_after, started, startup_grace=20.0):
     """Nodes not heard from for ``lost_after`` seconds while not in a terminal state.
 
@@ -236,7 +247,7 @@ def crash_loop(loop, generation, progress, limit, failure=None):
 
     ``loop``: the record so far ({} at first); ``generation``: the worker groups started so far on every
     node (the lowest count a node reports: torchrun restarts every node's ranks, a membership change too);
-    ``progress``: ``merged_progress`` now; ``failure``: the latest failed rank (its ``.exit`` record),
+    ``progress``: ``merged_progress`` now; ``failure``: the last attempt's failed rank (``latest_failure``),
     named in the stop. Each time a new worker group starts, the attempt that ended is judged against the
     progress when it started; ``run`` counts the attempts in a row without progress, and at ``limit``
     (> 0) the job stops instead of restarting again. The first attempt is judged against nothing: a job
@@ -1048,8 +1059,7 @@ class Hub(object):
         generation = min([self.node_generation.get(node) or 0 for node in kept] or [0])
         self.loop, stalled = crash_loop(self.loop, generation,
                                         merged_progress({node: self.node_progress.get(node) for node in kept}),
-                                        self.no_progress, max(failures, key=lambda f: f.get("time") or 0)
-                                        if failures else None)
+                                        self.no_progress, latest_failure(failures))
         return stalled
 
     def judge_hang(self, now):
@@ -1262,10 +1272,10 @@ class Watcher(Hub):
                 self.gen_pids |= new
             self.seen_pids |= new
             self.seen_restarts |= set(r.get("restart") or 0 for r in fresh)
-        failed = [r for r in ranks if r.get("state") == "failed" and r.get("time")]  # with its .exit record
-        if failed:
-            latest = max(failed, key=lambda r: r["time"])
-            self.last_failure = {k: latest.get(k) for k in ("rank", "node", "exitcode", "message", "time")}
+        latest = latest_failure([dict(r, peer=bool(r.get("message") and PEER_RE.search(r["message"])))
+                                 for r in ranks if r.get("state") == "failed" and r.get("time")])  # .exit record
+        if latest:
+            self.last_failure = {k: latest.get(k) for k in ("rank", "node", "exitcode", "message", "time", "peer")}
         now = time.time()
         if now - self.progress_read < PROGRESS_EVERY:
             return

@@ -59,6 +59,8 @@ def parse_args(argv=None):
     # by default the directory the collection gives the job (train_checkpoint_dir)
     parser.add_argument("--checkpoint-dir", default=os.environ.get("MULTINODE_TRAINING_CHECKPOINT_DIR", ""))
     parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--stamp", action="store_true",
+                        help="the step lines of --step-seconds end with the time they were printed")
     parser.add_argument("--echo-args", action="store_true",
                         help="print the arguments received (each repr'd) and exit after the all-reduce")
     parser.add_argument("extra", nargs="*", help="free arguments, only echoed")
@@ -88,7 +90,7 @@ def _fail(args, rank, step):
 def _steps(args, rank):
     """--step-seconds: a long job without DeepSpeed; --hang-others: the other ranks block for good;
     --hang-rank: an all-reduce every step, which that rank stops entering (a hang); --device-seconds: a
-    GPU-shaped step (the device's time, then an all-reduce)."""
+    GPU-shaped step (the device's time, then an all-reduce); --checkpoint-every: rank 0 writes a checkpoint."""
     import signal
     import time
 
@@ -133,7 +135,22 @@ def _step_loop(args, rank, device):
             work.wait()
         elif args.hang_rank >= 0 or device:
             dist.all_reduce(torch.ones(1))
-        print("smoke: rank=%d step=%d" % (rank, step), flush=True)
+        print("smoke: rank=%d step=%d%s" % (rank, step, " time=%.3f" % time.time() if args.stamp else ""),
+              flush=True)
+        if rank == 0 and args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
+            _save_step(args.checkpoint_dir, step)
+            print("smoke: rank=%d checkpoint step=%d" % (rank, step), flush=True)
+
+
+def _save_step(directory, step):
+    """A checkpoint of the step loop (no model): the step, written whole or not at all, as training
+    frameworks write theirs (a new file in the checkpoint directory)."""
+    import os
+
+    path = os.path.join(directory, "step%d" % step)
+    with open(path + ".tmp", "w") as handle:
+        handle.write("%d\n" % step)
+    os.replace(path + ".tmp", path)
 
 
 def _device_wait(seconds, how):

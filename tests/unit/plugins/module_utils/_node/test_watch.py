@@ -755,6 +755,35 @@ def test_a_crash_loop_is_judged_once_the_last_node_started_the_new_group(tmp_pat
     assert watcher.loop["generation"] == 3 and stop and stop["reason"] == "no_progress"
 
 
+def test_latest_failure_is_the_latest_first_hand_one():
+    """A peer error (a rank that died because another did) comes after its cause: it is named only when
+    no failure is first-hand."""
+    cause = {"rank": 1, "time": 100.0, "peer": False}
+    peer = {"rank": 2, "time": 103.5, "peer": True, "message": "Connection closed by peer"}
+    older = {"rank": 1, "time": 50.0, "peer": False}
+    assert w.latest_failure([older, peer, cause]) is cause
+    assert w.latest_failure([peer, {"rank": 3, "time": 101.0, "peer": True}]) is peer
+    assert w.latest_failure([None, {"rank": 0, "time": None}]) is None
+    assert w.latest_failure([]) is None
+
+
+def test_a_crash_loop_names_the_cause_not_a_later_peer_error(tmp_path):
+    """Rank 1 on node1 raised; node2's ranks entered the next all-reduce before their agent stopped them and
+    died of it seconds later (a peer error). The stop names rank 1, the cause."""
+    job_dir = _job_dir(tmp_path, "loop-peer", nodes=["node1", "node2"], restartable=True, no_progress=1, lease=0)
+    watcher = w.Watcher(str(job_dir))
+    watcher.generation, watcher.progress = 2, [1, 0, 0]
+    watcher.loop = {"generation": 1, "mark": [1, 0, 0], "run": 0}
+    watcher.last_failure = {"rank": 1, "node": "node1", "exitcode": 1, "time": 100.0, "peer": False,
+                            "message": "RuntimeError: injected failure on rank 1 at step 2"}
+    watcher.node_generation["node2"], watcher.node_progress["node2"] = 2, [1, 0, 0]
+    watcher.node_failure["node2"] = {"rank": 2, "node": "node2", "exitcode": 1, "time": 103.0, "peer": True,
+                                     "message": "RuntimeError: Connection closed by peer [10.0.0.2]:1234"}
+    stop = watcher.judge_attempts()
+    assert stop and stop["reason"] == "no_progress" and stop["failure"]["rank"] == 1
+    assert "the last attempt ended with rank 1 on node1: RuntimeError: injected" in w.describe_stop(stop)
+
+
 def test_groups_that_end_between_two_looks_are_counted_from_their_records(tmp_path):
     """Two worker groups fail between two looks of the watcher (a job that crashes fast on a busy node): their
     start records (restart counts 1 and 2) are there though neither pid was ever seen alive, so the node counts
