@@ -10,8 +10,9 @@ until the job ended there - it returns at once then, with the full finished resu
 window is over, returning the node's progress, which the controller prints every O(poll) seconds
 (running ranks, restarts, seconds since the start, the last line of local rank 0). The window ends
 at the next progress line and is at most a third of the lease (the node clamps it). With
-``stream_ranks``, a window also ends about a second after those ranks printed, and the answer carries
-their new lines, which the action prints as they come (``<node>:<rank> <line>``). Between calls
+``stream_ranks``, a window also ends once it is 5 s old (``_torchrun/wait.py`` BATCH) and those ranks
+printed since it began, and the answer carries their new lines, which the action prints as they come
+(``<node>:<rank> <line>``). Between calls
 the action checks that ansible-playbook is still there; if it went away the polls stop and the nodes
 stop the job when the lease runs out.
 
