@@ -41,10 +41,11 @@ venv-test: $(BIN)/ansible-playbook $(BIN)/molecule
 ## harness: what the molecule scenarios need: host-packages, then images.
 harness: host-packages images
 
-## host-packages: a Docker engine (and debootstrap), headless Chromium: apt on this machine.
+## host-packages: a Docker engine (and debootstrap), headless Chromium, the ssh client: apt on this machine.
 host-packages:
 	bash scripts/ensure_docker.sh
 	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_ssh_client.sh
 
 ## images: the molecule base images, the Slurm cluster image and its node image with a preinstalled
 ## torch, the host wheelhouse; no apt on this machine (debootstrap installs into its own root), so

@@ -36,7 +36,7 @@ trap 'rm -rf "$logs"' EXIT
 
 weight() {
   case $1 in
-    default) echo 1680 ;; launch_diagnosis) echo 1800 ;; launch_slurm) echo 800 ;;
+    default) echo 1900 ;; launch_diagnosis) echo 1800 ;; launch_slurm) echo 800 ;;
     deepspeed_build) echo 400 ;; wheel_distribute) echo 250 ;; toolchain) echo 165 ;;
     nccl_tuning) echo 210 ;; make:checks) echo 1000 ;; make:wheel) echo 770 ;; *) echo 300 ;;
   esac

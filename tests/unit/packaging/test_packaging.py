@@ -115,3 +115,16 @@ def test_runtime_dependencies_are_used_by_the_collection_content():
     assert runtime <= galaxy, f"used by the collection, missing from galaxy.yml: {sorted(runtime - galaxy)}"
     assert galaxy <= runtime, f"galaxy.yml dependencies the collection content does not use: {sorted(galaxy - runtime)}"
     assert set(used) >= runtime
+
+
+def test_the_ssh_keepalives_users_are_told_to_set_are_the_ones_molecule_proves():
+    """docs/train.md gives users the ssh_args of this repository's ansible.cfg, which
+    molecule/default/verify/ssh_keepalive.yml runs against a frozen node: the same line in both."""
+    import configparser
+
+    cfg = configparser.ConfigParser(interpolation=None)
+    cfg.read(ROOT / "ansible.cfg")
+    ssh_args = cfg.get("ssh_connection", "ssh_args")
+    assert "ServerAliveInterval=15" in ssh_args and "ServerAliveCountMax=4" in ssh_args
+    assert "ssh_args = %s\n" % ssh_args in (ROOT / "docs" / "train.md").read_text()
+    assert "ansible.cfg" in (ROOT / "molecule" / "default" / "verify" / "ssh_keepalive.yml").read_text()
