@@ -1,4 +1,5 @@
-#!/usr/bin/env python3
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Run a command; print each line of its output (stdout and stderr together) as it arrives, prefixed with
 the controller's clock at its arrival: ``<unix time> <line>``. Exits with the command's status.
 

@@ -1,4 +1,5 @@
-#!/usr/bin/env python3
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """count_docker_bytes.py OUT -- COMMAND...: run COMMAND with DOCKER_HOST pointing at a proxy of the Docker
 engine's socket that counts the bytes the controller sends to it, then write {"sent": N, "connections": C}
 to OUT and exit with the command's status.
@@ -78,7 +79,7 @@ def main(argv):
     def accept():
         while True:
             try:
-                client, _ = listener.accept()
+                client = listener.accept()[0]
             except OSError:
                 return
             threading.Thread(target=_serve, args=(client, counter), daemon=True).start()
