@@ -186,14 +186,18 @@ def classify_rank(start, exit_record, alive):
     return "running" if alive else "killed"
 
 
+def peer_marked(rank):
+    """A rank's record with ``peer``: its error says it died because another rank did (PEER_RE)."""
+    return dict(rank, peer=bool(rank.get("message") and PEER_RE.search(rank["message"])))
+
+
 def local_failure(ranks, restartable, torchrun_rc):
     """The failure this node reports, or None.
 
     ``ranks``: list of dicts (rank, local_rank, restart, state, exitcode, message, time).
     A rank that failed or was killed counts unless the job restarts its workers (``restartable``:
     torchrun's max_restarts > 0), where only torchrun giving up (rc != 0) counts."""
-    failed = [dict(r, peer=bool(r.get("message") and PEER_RE.search(r["message"])))
-              for r in ranks if r.get("state") in ("failed", "killed")]
+    failed = [peer_marked(r) for r in ranks if r.get("state") in ("failed", "killed")]
     if failed and not restartable:
         return dict(first_failure(failed), kind="rank")
     if torchrun_rc not in (None, 0):
@@ -1272,8 +1276,8 @@ class Watcher(Hub):
                 self.gen_pids |= new
             self.seen_pids |= new
             self.seen_restarts |= set(r.get("restart") or 0 for r in fresh)
-        latest = latest_failure([dict(r, peer=bool(r.get("message") and PEER_RE.search(r["message"])))
-                                 for r in ranks if r.get("state") == "failed" and r.get("time")])  # .exit record
+        latest = latest_failure([peer_marked(r) for r in ranks
+                                 if r.get("state") == "failed" and r.get("time")])  # with its .exit record
         if latest:
             self.last_failure = {k: latest.get(k) for k in ("rank", "node", "exitcode", "message", "time", "peer")}
         now = time.time()
