@@ -44,8 +44,8 @@ harness: host-packages images
 ## host-packages: a Docker engine (and debootstrap), headless Chromium, the ssh client: apt on this machine.
 host-packages:
 	bash scripts/ensure_docker.sh
-	bash scripts/ensure_chromium.sh
-	bash scripts/ensure_ssh_client.sh
+	bash scripts/ensure_apt_tools.sh chromium chromium
+	bash scripts/ensure_apt_tools.sh openssh-client ssh ssh-keygen
 
 ## images: the molecule base images, the Slurm cluster image and its node image with a preinstalled
 ## torch, the host wheelhouse; no apt on this machine (debootstrap installs into its own root), so
