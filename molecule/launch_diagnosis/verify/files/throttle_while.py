@@ -1,0 +1,79 @@
+"""A container's CPU limited while one of its processes runs (molecule/launch_diagnosis/verify/fabric_gate.yml).
+
+    python3 throttle_while.py CONTAINER --cpus 0.07 --back 2 --match fabric_probe.py --skip=--rdzv-id \
+        [--timeout 600]
+
+Watches the container's processes (``docker top``, read by the engine from the host: nothing runs in the
+container) every 0.2 s. Once a process whose command line holds every ``--match`` word and no ``--skip``
+word runs, the container gets ``docker update --cpus CPUS``; when no such process is left, it gets
+``--cpus BACK`` again and this exits, printing one JSON line: when each happened (the controller's clock),
+the pids seen, and ``throttled`` (false when no such process ran before ``--timeout``).
+
+Why: the fabric gate step's slow node (0.07 of a CPU) should be slow where the probe measures it. Limited
+for the whole play, every task of the play on that node (a Python start and a module at 0.07 CPU, about
+10 s each) cost the step about 3 minutes more."""
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+
+def matching(container, words, skip):
+    """The pids of the container's processes whose command line holds every word and no skip word."""
+    out = subprocess.run(["docker", "top", container, "-eo", "pid,args"], capture_output=True, text=True,
+                         check=False)
+    if out.returncode != 0:
+        return None  # the container is gone, or not running
+    pids = []
+    for line in out.stdout.splitlines()[1:]:
+        fields = line.split(None, 1)
+        if len(fields) == 2 and all(w in fields[1] for w in words) and not any(s in fields[1] for s in skip):
+            pids.append(int(fields[0]))
+    return pids
+
+
+def update(container, cpus):
+    subprocess.run(["docker", "update", "--cpus", cpus, container], check=True, capture_output=True)
+    return time.time()
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("container")
+    parser.add_argument("--cpus", required=True, help="the limit while a matching process runs")
+    parser.add_argument("--back", required=True, help="the CPU count given back afterwards")
+    parser.add_argument("--match", action="append", required=True, help="a word every such command line holds")
+    parser.add_argument("--skip", action="append", default=[], help="a word no such command line holds")
+    parser.add_argument("--timeout", type=float, default=600.0)
+    opts = parser.parse_args(argv)
+    report = {"container": opts.container, "cpus": opts.cpus, "throttled": False, "pids": []}
+    deadline = time.monotonic() + opts.timeout
+    try:
+        while time.monotonic() < deadline:
+            pids = matching(opts.container, opts.match, opts.skip)
+            if pids:
+                report.update(throttled=True, pids=pids, limited_at=update(opts.container, opts.cpus))
+                break
+            time.sleep(0.2)
+        else:
+            report["error"] = "no process matching %s within %.0f s" % (opts.match, opts.timeout)
+            print(json.dumps(report))
+            return 1
+        while time.monotonic() < deadline:
+            pids = matching(opts.container, opts.match, opts.skip)
+            if not pids:
+                break
+            report["pids"] = sorted(set(report["pids"]) | set(pids))
+            time.sleep(0.2)
+        else:
+            report["error"] = "still running after %.0f s" % opts.timeout
+    finally:
+        if report["throttled"]:
+            report["released_at"] = update(opts.container, opts.back)
+    print(json.dumps(report))
+    return 0 if "error" not in report else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
