@@ -59,6 +59,10 @@ def parse_args(argv=None):
     # by default the directory the collection gives the job (train_checkpoint_dir)
     parser.add_argument("--checkpoint-dir", default=os.environ.get("MULTINODE_TRAINING_CHECKPOINT_DIR", ""))
     parser.add_argument("--checkpoint-every", type=int, default=0)
+    parser.add_argument("--max-seconds", type=float, default=0.0,
+                        help="end the DeepSpeed steps at the first step that starts this long after the first "
+                             "(rank 0's clock, all-reduced each step so that every rank ends at the same step; "
+                             "--steps stays the most): a job of about this long whatever the nodes' speed")
     parser.add_argument("--stamp", action="store_true",
                         help="the step lines of --step-seconds end with the time they were printed")
     parser.add_argument("--echo-args", action="store_true",
@@ -232,7 +236,21 @@ def loaded_ops():
             if name.startswith("deepspeed.ops.") and (getattr(module, "__file__", None) or "").endswith(".so")}
 
 
+def _time_is_up(rank, started, seconds, device):
+    """Rank 0's verdict (its clock since the first step), the same on every rank (an all-reduce)."""
+    import time
+
+    import torch
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if rank == 0 and time.monotonic() - started >= seconds else 0.0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return flag.item() > 0
+
+
 def train(args, rank, world_size, device):
+    import time
+
     import torch
 
     ext_dir = os.environ.get("TORCH_EXTENSIONS_DIR")
@@ -283,7 +301,12 @@ def train(args, rank, world_size, device):
             first = int((client or {}).get("step", 0)) + 1
             print("smoke: rank=%d resumed from checkpoint step=%d world_size=%d" % (rank, first - 1, world_size),
                   flush=True)
+    started = time.monotonic()
     for step in range(first, args.steps + 1):
+        if args.max_seconds and step > first and _time_is_up(rank, started, args.max_seconds, device):
+            print("smoke: rank=%d stopping after step %d: --max-seconds %g" % (rank, step - 1, args.max_seconds),
+                  flush=True)
+            break
         if args.fail_rank == rank and step == args.fail_step:
             _fail(args, rank, step)
         # The whole (tiny) data set every step: the printed loss falls when the optimizer works.
@@ -295,7 +318,6 @@ def train(args, rank, world_size, device):
             engine.save_checkpoint(args.checkpoint_dir, tag="step%d" % step, client_state={"step": step})
             print("smoke: rank=%d checkpoint step=%d" % (rank, step), flush=True)
         if args.step_seconds:
-            import time
             time.sleep(args.step_seconds)
     after = sorted(os.listdir(ext_dir))
     if after != before:

@@ -29,3 +29,49 @@ def test_the_checkpoint_directory_comes_from_the_collection_unless_given(monkeyp
     assert smoke.parse_args(["--checkpoint-dir", "/mine"]).checkpoint_dir == "/mine"
     monkeypatch.delenv("MULTINODE_TRAINING_CHECKPOINT_DIR")
     assert smoke.parse_args([]).checkpoint_dir == ""
+
+
+def _fake_torch(monkeypatch, reduced):
+    """torch and torch.distributed as _time_is_up uses them: a tensor of one value, an all-reduce that
+    records its operation and gives the value of the other ranks' MAX (``reduced``)."""
+    torch = types.ModuleType("torch")
+    dist = types.ModuleType("torch.distributed")
+
+    class Tensor:
+        def __init__(self, values, device=None):
+            self.values = list(values)
+
+        def item(self):
+            return self.values[0]
+
+    def all_reduce(tensor, op=None):
+        calls.append((list(tensor.values), op))
+        tensor.values = [max(tensor.values[0], reduced)]
+
+    calls = []
+    torch.tensor = Tensor
+    torch.distributed = dist
+    dist.all_reduce = all_reduce
+    dist.ReduceOp = types.SimpleNamespace(MAX="max")
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+    return calls
+
+
+def test_max_seconds_is_rank_0s_clock_and_every_rank_takes_its_verdict(monkeypatch):
+    import time
+
+    calls = _fake_torch(monkeypatch, reduced=0.0)
+    # rank 0, 10 s in with --max-seconds 5: up; its flag goes into a MAX all-reduce
+    assert smoke._time_is_up(0, time.monotonic() - 10, 5, "cpu") is True
+    assert calls[-1] == ([1.0], "max")
+    # rank 0 early: not up
+    assert smoke._time_is_up(0, time.monotonic(), 5, "cpu") is False
+    # another rank never decides by its own clock ...
+    assert smoke._time_is_up(1, time.monotonic() - 10, 5, "cpu") is False
+    assert calls[-1] == ([0.0], "max")
+    # ... but ends when rank 0 said so (the all-reduce carries rank 0's 1.0)
+    _fake_torch(monkeypatch, reduced=1.0)
+    assert smoke._time_is_up(1, time.monotonic(), 5, "cpu") is True
+    assert smoke.parse_args(["--max-seconds", "75"]).max_seconds == 75.0
+    assert smoke.parse_args([]).max_seconds == 0.0
