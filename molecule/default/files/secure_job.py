@@ -4,7 +4,8 @@ Used by the launch cluster's verify step molecule/default/verify/launch_secure.y
 who its ranks run as, who can reach its rendezvous port, where its secrets are.
 Prints whether the secrets arrived (never their values).
 Arguments: --sleep SECONDS (pause after the all-reduce), --exit CODE (global rank 1 exits with it), --ready-dir DIR
-(where each rank writes its marker ready.local<LOCAL_RANK> before the pause: the job's log directory; none without it).
+(where each rank writes its marker ready.local<LOCAL_RANK> before the pause: the job's log directory; none without it;
+a file `release` there ends the pause early: the verify step writes it once it has looked).
 """
 import argparse
 import os
@@ -30,7 +31,10 @@ def main():
     if opts.ready_dir:
         with open(os.path.join(opts.ready_dir, "ready.local%s" % os.environ["LOCAL_RANK"]), "w") as handle:
             handle.write("%d\n" % os.getpid())
-    time.sleep(opts.sleep)
+    release = os.path.join(opts.ready_dir, "release") if opts.ready_dir else None
+    deadline = time.monotonic() + opts.sleep
+    while time.monotonic() < deadline and not (release and os.path.exists(release)):
+        time.sleep(0.2)
     if opts.exit and rank == 1:
         raise SystemExit(opts.exit)
     dist.barrier()
