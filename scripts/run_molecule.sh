@@ -2,18 +2,19 @@
 # Run `molecule test` for each scenario given; keep going after a failure so a
 # run reports every broken scenario, then print one summary line and fail if any failed.
 # An item `make:<target>` runs `$MAKE <target>` in a stream instead: `make test`
-# (scripts/run_tests.sh) deals its checks (make:wheel, make:checks) out with the
-# scenarios, so that they run beside a scenario instead of before all of them.
+# (scripts/run_tests.sh) deals its checks (make:wheel, make:lint, make:sanity,
+# make:unit, make:badinput) out with the scenarios, so that they run beside a scenario
+# instead of before all of them.
 #
 # MOLECULE_STREAMS (default 2) items run at once: a scenario waits on containers part of
 # the time (module round trips, jobs that sleep), though on 2 cores two streams keep the
-# CPU busy (0 % idle in a full run): more at once would not finish sooner. The items
-# wait in one queue, the make targets first so that each starts a stream, then the
-# longest first (weights below: seconds of a cold run on the 2-core test host beside
-# another stream); each stream takes the next item when it is free. The scenarios that
-# distribute the host's wheel (needs_wheel) wait until make:wheel has ended when it is
-# one of the items. The launch cluster's steps are two scenarios (default,
-# launch_diagnosis) so that neither stream carries all of it. Every item logs to its own
+# CPU about 90 % busy in a full run: more at once would not finish sooner. The items
+# wait in one queue, make:wheel first, then the longest first (weights below: seconds
+# of a run on the 2-core test host beside another stream); a free stream takes the
+# first item that can start (below). The scenarios that distribute the host's wheel
+# (needs_wheel) wait until make:wheel has ended when it is one of the items. The launch
+# cluster's steps are two scenarios (default, launch_diagnosis) so that neither stream
+# carries all of it. Every item logs to its own
 # file, printed whole when it ends, so the output of two items never interleaves.
 # Container names are per scenario (molecule.yml), so scenarios never share a container.
 # MOLECULE_AFTER (scripts/run_tests.sh): a file that another step (make images) writes its
@@ -38,7 +39,8 @@ weight() {
   case $1 in
     default) echo 1900 ;; launch_diagnosis) echo 1800 ;; launch_slurm) echo 800 ;;
     deepspeed_build) echo 400 ;; wheel_distribute) echo 250 ;; toolchain) echo 165 ;;
-    nccl_tuning) echo 210 ;; make:checks) echo 1000 ;; make:wheel) echo 770 ;; *) echo 300 ;;
+    nccl_tuning) echo 210 ;; make:wheel) echo 770 ;; make:lint) echo 120 ;; make:sanity) echo 200 ;;
+    make:unit) echo 130 ;; make:badinput) echo 200 ;; *) echo 300 ;;
   esac
 }
 needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/default/prepare.yml)
@@ -48,16 +50,21 @@ needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/def
 wheel_item=no
 for s in "$@"; do [ "$s" = make:wheel ] && wheel_item=yes; done
 
-# One queue: the make targets first (so that each starts a stream: make:wheel and
-# make:checks in different ones), then the scenarios longest first; a stream that is
-# free takes the next item, so a stream whose items ran shorter than their weight
-# takes more (the streams' ends differ by less than the last item).
+# One queue: make:wheel first (it starts a stream at once: four scenarios wait for its
+# wheel), then every other item longest first. While make:wheel runs, a stream that is
+# free takes the queue's first item that can start now: a make target always; a
+# scenario that does not distribute the wheel once the images are made (MOLECULE_AFTER).
+# After it, the queue's first item, which waits for the images if they are not made
+# yet (run_one). So on a fresh machine the checks (make:lint, make:sanity, make:unit,
+# make:badinput: they need neither) run while the wheel and the images are made, and
+# the launch scenarios start as soon as the wheel is there rather than after all the
+# checks; on a warm one (a wheel in seconds) the checks fill the streams' ends.
 declare -a load plan
 for ((i = 0; i < streams; i++)); do load[i]=0 plan[i]=""; done
-{ for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep ' make:'
-  for s in "$@"; do echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | grep -v ' make:'; } \
-  | awk '{print $2}' >"$logs/.queue"
-# The plan printed at the start: the same order dealt by weight, as the queue would run it.
+{ for s in "$@"; do [ "$s" = make:wheel ] && echo "$s"; done
+  for s in "$@"; do [ "$s" = make:wheel ] || echo "$(weight "$s") $s"; done | sort -k1,1rn -k2 | awk '{print $2}'
+} >"$logs/.queue"
+# The plan printed at the start: the same order dealt by weight (nothing waiting).
 while read -r s; do
   best=0
   for ((i = 1; i < streams; i++)); do ((load[i] < load[best])) && best=$i; done
@@ -65,8 +72,29 @@ while read -r s; do
   plan[best]+="$s "
 done <"$logs/.queue"
 
-next_item() {  # pops the queue's first item (empty when none is left)
-  flock "$logs/.queue" sh -c 'head -n 1 "$1"; sed -i 1d "$1"' _ "$logs/.queue"
+wheel_pending() { [ "$wheel_item" = yes ] && ! grep -q '^make:wheel ' "$logs/.results" 2>/dev/null; }
+images_pending() { [ -n "${MOLECULE_AFTER:-}" ] && [ ! -s "$MOLECULE_AFTER" ]; }
+startable() {  # the queue's items that can start now, one per line
+  local s images
+  images_pending && images=no || images=yes
+  while read -r s; do
+    if [[ $s == make:* ]]; then echo "$s"; continue; fi
+    [ "$images" = yes ] || continue
+    needs_wheel "$s" || echo "$s"
+  done <"$logs/.queue"
+}
+next_item() {  # pops the next item (empty when none is left): while make:wheel runs, the
+  # first that can start now; after it, the first in the queue (it may wait for the images)
+  (
+    flock 9
+    pick=""
+    if wheel_pending; then pick=$(startable | head -n 1); fi
+    [ -n "$pick" ] || pick=$(head -n 1 "$logs/.queue")
+    [ -n "$pick" ] || exit 0
+    echo "$pick"
+    grep -vxF -- "$pick" "$logs/.queue" >"$logs/.queue.new" || true
+    mv "$logs/.queue.new" "$logs/.queue"
+  ) 9>>"$logs/.queue.lock"
 }
 
 run_one() {  # item -> its log file, then its result line; returns molecule's (make's) status

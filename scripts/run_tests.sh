@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make test` after its setup (venv-test, host-packages): every test step. The checks (make
-# checks: lint, sanity, unit, badinput; make wheel: the real build whose wheel the launch
-# scenarios distribute) are dealt into scripts/run_molecule.sh's two streams with the
-# molecule scenarios, so that they run beside a scenario rather than before all of them
-# (a scenario that distributes the wheel waits for make wheel). `make images` (the
+# lint, sanity, unit, badinput: `make checks`, one item each; make wheel: the real build
+# whose wheel the launch scenarios distribute) are dealt into scripts/run_molecule.sh's two
+# streams with the molecule scenarios, so that they run beside a scenario rather than
+# before all of them (a scenario that distributes the wheel waits for make wheel; a free
+# stream runs a check while nothing else can start). `make images` (the
 # molecule base images, the Slurm image, the wheelhouse: debootstrap and downloads, several
 # minutes on a fresh machine) runs beside the first checks from the start, and every
 # scenario waits for it (MOLECULE_AFTER): the checks need no image. The CUDA build and the
@@ -38,7 +39,7 @@ bg=$!
 echo "=== ${background[*]}: started in the background, one after the other (logs printed when they end)"
 failed=()
 # shellcheck disable=SC2086 # SCENARIOS is a list of names
-MAKE="$MAKE" MOLECULE_AFTER="$steps/.images.rc" bash scripts/run_molecule.sh make:wheel make:checks ${SCENARIOS:?} 2>&1 | tee "$steps/molecule.log" ||
+MAKE="$MAKE" MOLECULE_AFTER="$steps/.images.rc" bash scripts/run_molecule.sh make:wheel make:lint make:sanity make:unit make:badinput ${SCENARIOS:?} 2>&1 | tee "$steps/molecule.log" ||
   failed+=(molecule)
 wait "$images"
 echo "=== images (background, ended $(cat "$steps/.images.ended") s after the start):"
