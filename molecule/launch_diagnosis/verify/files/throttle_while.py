@@ -1,7 +1,7 @@
 """A container's CPU limited while one of its processes runs (molecule/launch_diagnosis/verify/fabric_gate.yml).
 
-    python3 throttle_while.py CONTAINER --cpus 0.07 --back 2 --match fabric_probe.py --skip=--rdzv-id \
-        [--timeout 600]
+    python3 throttle_while.py CONTAINER --cpus=0.07 --back=2 --match=mt_rank.py --match=fabric_probe.py \
+        --skip=torch.distributed.run [--timeout=600]
 
 Watches the container's processes (``docker top``, read by the engine from the host: nothing runs in the
 container) every 0.2 s. Once a process whose command line holds every ``--match`` word and no ``--skip``
