@@ -54,6 +54,7 @@ class ActionModule(ActionBase):
     def _transfer(self, args, result, task_vars):
         node = args["node"]
         plan = args["plan"]
+        self._slack = int(args.get("poll_slack") or POLL_SLACK)
         result.update(changed=False, placed=[], received={}, served={}, seconds=0.0)
         if not (plan.get("upload") or plan.get("pull") or plan.get("serve")):
             return result
@@ -81,7 +82,8 @@ class ActionModule(ActionBase):
                 return result
         next_print = time.time() + poll
         while True:
-            polled = self._call({"poll": {"port": config["port"], "wait": min(poll, LONGEST_WINDOW)}}, task_vars)
+            window = min(poll, LONGEST_WINDOW)
+            polled = self._call({"poll": {"port": config["port"], "wait": window}}, task_vars, window)
             if polled.get("failed"):
                 result.update(failed=True, msg="%s: data: %s" % (node, polled.get("msg")))
                 return result
@@ -102,12 +104,15 @@ class ActionModule(ActionBase):
                       served=status.get("served", {}), seconds=seconds)
         return result
 
-    def _call(self, module_args, task_vars):
+    def _call(self, module_args, task_vars, window=0.0):
+        """One call on the node, bounded by its ``window`` (a poll's wait) plus O(transfer.poll_slack) (POLL_SLACK
+        when unset)."""
+        limit = int(window + (getattr(self, "_slack", None) or POLL_SLACK))
         try:
             return bounded(lambda: self._execute_module(module_name=MODULE, module_args=module_args,
-                                                        task_vars=task_vars), POLL_SLACK)
+                                                        task_vars=task_vars), limit)
         except PollTimeout:
-            return {"failed": True, "msg": "no answer within %d s (frozen, or the module stuck on the node)" % POLL_SLACK}
+            return {"failed": True, "msg": "no answer within %d s (frozen, or the module stuck on the node)" % limit}
         except AnsibleConnectionFailure as exc:
             return {"failed": True, "msg": "lost the connection: %s" % exc}
 

@@ -52,9 +52,9 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
 
     def _poll(self, module, args, task_vars, host):
-        """One poll of the submit host, bounded by its window (``wait``) plus POLL_SLACK -> its answer, or a failure
-        naming the host that did not answer."""
-        limit = int(args.get("wait") or 10) + POLL_SLACK  # the poll's window, then the slack
+        """One poll of the submit host, bounded by its window (``wait``) plus O(poll_slack) (POLL_SLACK when unset)
+        -> its answer, or a failure naming the host that did not answer."""
+        limit = int(args.get("wait") or 10) + int(args.get("poll_slack") or POLL_SLACK)  # the window, then the slack
         try:
             return bounded(lambda: self._execute_module(module_name=module, module_args=args, task_vars=task_vars),
                            limit)

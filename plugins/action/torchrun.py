@@ -136,8 +136,8 @@ class ActionModule(ActionBase):
 
     def _poll(self, args, window, task_vars, host):
         """One long poll (O(follow_limit) ``window``) -> its result; a node that does not answer within the
-        window and POLL_SLACK fails the wait on that node, named."""
-        limit = int(window + POLL_SLACK)
+        window and O(poll_slack) (POLL_SLACK when unset) fails the wait on that node, named."""
+        limit = int(window + (args.get("poll_slack") or POLL_SLACK))
         try:
             return bounded(lambda: self._execute_module(module_name=MODULE, module_args=dict(
                 args, follow_limit=window), task_vars=task_vars), limit)

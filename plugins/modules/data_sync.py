@@ -90,6 +90,12 @@ options:
         description: Seconds between progress lines.
         type: float
         default: 15
+      poll_slack:
+        description:
+          - How long one call on the node may take (a poll waits at most 30 s for the transfer's end) before the
+            node counts as not answering (frozen, or the module stuck on it) - the transfer fails naming it.
+        type: int
+        default: 300
   start:
     description: O(transfer)'s first call on the node - start the node's transfer process (detached).
     type: dict
@@ -231,6 +237,7 @@ import pwd
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.multinode.training.plugins.module_utils._data import sync
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 
 
 def _ids(module, owner, group):
@@ -259,7 +266,7 @@ def main():
                 bind=dict(type="str", required=True), port=dict(type="int", required=True),
                 token=dict(type="str", required=True, no_log=True), node=dict(type="str", required=True),
                 owner=dict(type="str", default=""), group=dict(type="str", default=""),
-                poll=dict(type="float", default=15))),
+                poll=dict(type="float", default=15), poll_slack=dict(type="int", default=POLL_SLACK))),
             start=dict(type="dict", options=dict(config=dict(type="dict", required=True),
                                                  token=dict(type="str", required=True, no_log=True))),
             poll=dict(type="dict", options=dict(port=dict(type="int", required=True),

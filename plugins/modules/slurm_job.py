@@ -202,6 +202,12 @@ options:
     description: Seconds O(state=status) waits for the job to end before it returns the current state.
     type: int
     default: 10
+  poll_slack:
+    description:
+      - With O(follow), how long a poll may take beyond O(wait) before the submit host counts as not answering
+        (frozen, or the module stuck on it) - the wait fails naming it.
+    type: int
+    default: 300
   controller_timeout:
     description: Seconds without a poll from the controller after which the guard cancels the job.
     type: int

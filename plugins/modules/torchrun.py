@@ -213,6 +213,14 @@ options:
     description: Seconds between progress lines with O(follow).
     type: int
     default: 10
+  poll_slack:
+    description:
+      - With O(follow), how long a poll may take beyond its window before the node counts as not answering (frozen,
+        or the module stuck on it) - the wait on that node fails naming it, and the other nodes' watchers stop the
+        job when they lose it. Over ssh the keepalives of the collection's C(ansible.cfg) end a frozen node's call
+        sooner; this bounds every connection. The last poll also packs the node's job directory.
+    type: int
+    default: 300
   step_pattern:
     description:
       - With O(follow), the progress lines add each node's latest step and loss and the slowest node so far

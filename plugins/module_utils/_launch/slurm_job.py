@@ -49,6 +49,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     secret_values,
 )
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import (
     TAIL_LINES,
     collect,
@@ -107,6 +108,7 @@ ARGUMENT_SPEC = dict(
     stream_ranks=dict(type="list", elements="str", default=[]),
     stream_offsets=dict(type="dict", default={}),
     wait=dict(type="int", default=10),
+    poll_slack=dict(type="int", default=POLL_SLACK),
     controller_timeout=dict(type="int", default=CONTROLLER_TIMEOUT),
     tail_lines=dict(type="int", default=TAIL_LINES),
     fabric_check=dict(type="str", default="off", choices=["off", "warn", "gate"]),

@@ -158,9 +158,9 @@ def add_watch_state(job_dir, result):
 def wait_args(args):
     """The arguments of a start (O(state=started)) -> those of the long polls that wait for that job in the
     same task (``follow``: O(state=finished) of the same job id in the same log directory, with its timeout,
-    stop grace and the ranks whose output it streams)."""
+    stop grace, the ranks whose output it streams and the bound on a poll)."""
     waited = {"state": "finished", "job_id": args.get("job_id") or args.get("rdzv_id")}
-    for key in ("log_dir", "timeout", "stop_grace", "stream_ranks"):
+    for key in ("log_dir", "timeout", "stop_grace", "stream_ranks", "poll_slack"):
         if args.get(key) is not None:
             waited[key] = args[key]
     return waited

@@ -36,6 +36,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
     NO_PROGRESS_RESTARTS,
 )
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import TTL as FIREWALL_TTL
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status, stream_ranks
@@ -79,6 +80,7 @@ ARGUMENT_SPEC = dict(
     # follow/poll are the action plugin's (plugins/action/torchrun.py); watch: _torchrun.follow.
     follow=dict(type="bool", default=False),
     poll=dict(type="int", default=POLL),
+    poll_slack=dict(type="int", default=POLL_SLACK),
     step_pattern=dict(type="str", default=""),
     straggler_ratio=dict(type="float", default=straggler.RATIO),
     # Set by the action for each long poll of a followed wait, and where the job directory's archive

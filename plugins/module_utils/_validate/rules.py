@@ -445,6 +445,7 @@ RULES = {
     "train_attach": [_pattern(r"^([A-Za-z0-9][A-Za-z0-9_.-]{0,127})?$",
                               "empty, or the id of a job a launch printed (letters, digits, _ . -)")],
     "train_lease": [_range(0)],
+    "train_poll_slack": [_range(1)],
     "train_progress_interval": [_range(1)],
     "train_stream_ranks": [_stream_ranks],
     "train_timeout": [_range(0)],

@@ -9,6 +9,7 @@ import yaml
 from ansible_collections.multinode.training.plugins.module_utils._fabric import schedule, verdict
 from ansible_collections.multinode.training.plugins.module_utils._node import torchrun
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import bounded
 from ansible_collections.multinode.training.plugins.module_utils._train import preflight
 from tests.unit.conftest import ROOT
 
@@ -21,6 +22,7 @@ MIRRORS = {
     "train_connect_timeout": preflight.CONNECT_TIMEOUT,
     "train_venv": torchrun.VENV,
     "train_log_dir": torchrun.LOG_DIR,
+    "train_poll_slack": bounded.POLL_SLACK,
 }
 
 
@@ -39,6 +41,8 @@ DOCUMENTED = {
     ("train_job_report", "ratio"): straggler.RATIO,
     ("slurm_job", "fabric_ratio"): verdict.RATIO,
     ("slurm_job", "fabric_line_ratio"): verdict.LINE_RATIO,
+    ("torchrun", "poll_slack"): bounded.POLL_SLACK,
+    ("slurm_job", "poll_slack"): bounded.POLL_SLACK,
 }
 
 
@@ -47,6 +51,9 @@ def test_documented_defaults_are_the_constants():
         text = (ROOT / "plugins" / "modules" / ("%s.py" % module)).read_text()
         doc = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
         assert doc["options"][option]["default"] == value, (module, option)
+    text = (ROOT / "plugins" / "modules" / "data_sync.py").read_text()
+    doc = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+    assert doc["options"]["transfer"]["suboptions"]["poll_slack"]["default"] == bounded.POLL_SLACK
     specs = yaml.safe_load((ROOT / "roles" / "train" / "meta" / "argument_specs.yml").read_text())
     for entry in specs["argument_specs"].values():
         for name, value in MIRRORS.items():

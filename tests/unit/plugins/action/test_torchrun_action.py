@@ -205,6 +205,15 @@ def test_a_poll_that_gets_no_answer_fails_the_wait_on_that_node_naming_it(monkey
     assert out["failed"] and out["msg"].startswith("node2 did not answer a poll within 2 s")
 
 
+def test_poll_slack_sets_the_bound_and_travels_to_the_wait():
+    import time
+    started = time.monotonic()
+    out = action.ActionModule._poll(StuckNode(), {"state": "finished", "poll_slack": 1}, 1.0, {}, "node2")
+    assert time.monotonic() - started < 5  # not POLL_SLACK (300 s)
+    assert out["failed"] and out["msg"].startswith("node2 did not answer a poll within 2 s")
+    assert fol.wait_args(dict(START, poll_slack=20))["poll_slack"] == 20
+
+
 def test_bounded_keeps_a_timer_that_was_already_running():
     import signal
     import time
