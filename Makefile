@@ -93,9 +93,12 @@ gpu-bundle: venv
 	$(BIN)/python scripts/gpu_bundle.py check .gpu
 
 ## gpu-check: scripts/gpu_check.sh (the GPU machine's one call); here, without a GPU, its CPU
-## part: the bundle check, a build against a preinstalled torch, then its stop line.
+## part: the bundle check, a build against a preinstalled torch, then its stop line. Its work
+## folder (the venv with torch, the build and its wheel) is cached outside the clone, as
+## cuda-build's: fresh clones on this machine reuse the wheel while the role's build key holds.
 gpu-check: gpu-bundle
-	bash scripts/gpu_check.sh
+	GPU_CHECK_WORK="$${GPU_CHECK_WORK:-$${XDG_CACHE_HOME:-$$HOME/.cache}/multinode-training/gpu-check}" \
+	  bash scripts/gpu_check.sh
 
 molecule: venv-test harness
 	bash scripts/run_molecule.sh $(SCENARIOS)
