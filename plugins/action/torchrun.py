@@ -48,6 +48,19 @@ MODULE = "multinode.training.torchrun"
 LONGEST_WINDOW = 30.0
 # Lines of each streamed rank's output an attach prints first (what they printed before it came).
 ATTACH_TAIL = 10
+# What a node that still runs commands prints back (_answers).
+ALIVE = "multinode-training-node-answers"
+
+
+def _answerless(called):
+    """A module call that failed without the module's answer (nothing it printed parsed)."""
+    return bool(called.get("failed")) and "done" not in called and "module_stdout" in called
+
+
+def _lost(host, cause):
+    """The failed wait on a node that is gone (``no_answer``: the collect after it passes the node over)."""
+    return {"failed": True, "no_answer": True, "module_stdout": "",
+            "msg": "lost the connection to %s during the wait: %s" % (host, cause)}
 
 
 class ActionModule(ActionBase):
@@ -61,13 +74,25 @@ class ActionModule(ActionBase):
         collect_to = args.pop("collect_to", None)
         state = args.get("state", "finished")
         if not (follow and state in ("started", "finished")) or self._task.check_mode:
-            result.update(self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars))
+            result.update(self._call(args, task_vars))
             return result
         if state == "started":
             result.update(self._start_and_follow(args, poll, collect_to, task_vars))
         else:
             result.update(self._follow(args, poll, collect_to, task_vars))
         return result
+
+    def _call(self, args, task_vars):
+        """One module call (the stop, a start without follow) -> its result; raises AnsibleConnectionFailure
+        where it came back without a result from a node that runs no command, so that the node is
+        unreachable there as on every other connection (the stop after a lost node ignores it), not a
+        node whose module failed."""
+        called = self._execute_module(module_name=MODULE, module_args=args, task_vars=task_vars)
+        if _answerless(called) and not self._answers():
+            raise AnsibleConnectionFailure("%s does not answer: %s" % (
+                task_vars.get("inventory_hostname") if task_vars else None,
+                (called.get("module_stderr") or called.get("msg") or "").strip()))
+        return called
 
     def _start_and_follow(self, args, poll, collect_to, task_vars):
         """O(state=started) with O(follow): start, then wait in the same task -> the start's result where it
@@ -111,11 +136,13 @@ class ActionModule(ActionBase):
                 if streamed:
                     self._stream(host, polled, args)
                 if polled.get("failed") and not polled.get("done"):
-                    if "done" not in polled and "module_stdout" in polled and not answerless:
+                    if _answerless(polled) and not answerless:
                         # The call died without an answer (a long poll is nearly always in flight when a
                         # node goes away): poll once more - a node that is gone fails that one too.
                         answerless = True
                         continue
+                    if _answerless(polled) and not self._answers():
+                        polled = _lost(host, (polled.get("module_stderr") or polled.get("msg") or "").strip())
                     result.update(polled)
                     return result
                 answerless = False
@@ -150,8 +177,17 @@ class ActionModule(ActionBase):
             # pipelining answers without a result) - a failed wait on this node, which the play
             # rescues and reports (the watchers name the node lost), not an unreachable host
             # that the rescue never sees.
-            return {"failed": True, "module_stdout": "", "msg": "lost the connection to %s during the "
-                    "wait: %s" % (host, exc)}
+            return _lost(host, exc)
+
+    def _answers(self):
+        """Whether the node still runs a command, asked after a module call that came back without a
+        result: a crashed module's node does; a node that is gone does not (through docker with
+        pipelining, a killed container fails the call instead of the connection)."""
+        try:
+            out = self._low_level_execute_command("echo %s" % ALIVE, sudoable=False)
+        except AnsibleConnectionFailure:
+            return False
+        return ALIVE in (out.get("stdout") or "")
 
     @staticmethod
     def _stream(host, polled, args):

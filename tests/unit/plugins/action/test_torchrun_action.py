@@ -78,10 +78,13 @@ class _Polled(object):
 
     _progress = staticmethod(action.ActionModule._progress)
     _poll = action.ActionModule._poll
+    _answers = action.ActionModule._answers
 
-    def __init__(self, answers):
+    def __init__(self, answers, runs_commands=True):
         self.answers = list(answers)
         self.windows = []
+        self.probes = []
+        self.runs_commands = runs_commands
 
         class _Shell(object):
             tmpdir = None
@@ -101,6 +104,14 @@ class _Polled(object):
     def _remove_tmp_path(self, path):
         pass
 
+    def _low_level_execute_command(self, cmd, sudoable=True):
+        """A command on the node, run through the connection (no become): echoed where the node runs
+        commands; the docker connection's answer for a container that is not running where it does not."""
+        self.probes.append((cmd, sudoable))
+        if self.runs_commands:
+            return {"rc": 0, "stdout": cmd.split(" ", 1)[1] + "\n", "stderr": ""}
+        return {"rc": 1, "stdout": "", "stderr": "Error response from daemon: Container 94fa is not running\n"}
+
 
 @pytest.mark.parametrize("first, windows", [
     (True, [1.0, 15.0]),    # attach: a short first poll, whose progress is the first line
@@ -117,9 +128,21 @@ def test_a_call_that_died_without_an_answer_is_polled_once_more():
     lost = {"failed": True, "module_stdout": "", "msg": "MODULE FAILURE"}
     node = _Polled([lost, {"done": True, "rc": 0}])
     assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}) == {"done": True, "rc": 0}
+    # twice, on a node that still runs commands: the module's own failure (it crashed there)
     node = _Polled([lost, lost])
     assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {}) == lost
     assert len(node.windows) == 2
+    assert node.probes == [("echo " + action.ALIVE, False)]
+
+
+def test_a_node_that_answers_no_call_and_runs_no_command_is_lost_as_on_any_connection():
+    # docker with pipelining: a killed container fails the module call (no result), not the connection
+    lost = {"failed": True, "module_stdout": "", "rc": 1, "msg": "Module result deserialization failed",
+            "module_stderr": "Error response from daemon: Container 94fa is not running\n"}
+    node = _Polled([lost, lost], runs_commands=False)
+    assert action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {"inventory_hostname": "n3"}) == {
+        "failed": True, "no_answer": True, "module_stdout": "",
+        "msg": "lost the connection to n3 during the wait: Error response from daemon: Container 94fa is not running"}
 
 
 def test_a_node_lost_during_a_poll_is_a_failed_wait_not_an_unreachable_host():
@@ -130,6 +153,33 @@ def test_a_node_lost_during_a_poll_is_a_failed_wait_not_an_unreachable_host():
     out = action.ActionModule._follow(node, {"job_id": "job-1"}, 15.0, None, {"inventory_hostname": "n2"})
     assert out["failed"] is True and "done" not in out
     assert out["msg"] == "lost the connection to n2 during the wait: container gone"
+    assert out["no_answer"] is True
+
+
+class _Stopping(_Polled):
+    """The stop's one call (no follow_limit): answers from ``answers``."""
+
+    def _execute_module(self, module_name=None, module_args=None, task_vars=None):
+        assert module_name == "multinode.training.torchrun" and module_args["state"] == "stopped"
+        return dict(self.answers.pop(0))
+
+
+def test_the_stop_on_a_node_that_is_gone_is_an_unreachable_node_a_crashed_stop_a_failure():
+    from ansible.errors import AnsibleConnectionFailure
+
+    no_result = {"failed": True, "module_stdout": "", "rc": 1, "msg": "Module result deserialization failed",
+                 "module_stderr": "Error response from daemon: Container 94fa is not running\n"}
+    stop = {"state": "stopped", "job_id": "job-1"}
+    with pytest.raises(AnsibleConnectionFailure, match="^n3 does not answer: Error response from daemon: Container "
+                       "94fa is not running$"):
+        action.ActionModule._call(_Stopping([no_result], runs_commands=False), stop, {"inventory_hostname": "n3"})
+    # the node runs commands: the stop module itself failed there (a traceback), and that is the result
+    crashed = dict(no_result, module_stderr="Traceback (most recent call last): ...")
+    assert action.ActionModule._call(_Stopping([crashed]), stop, {"inventory_hostname": "n3"}) == crashed
+    # an answer, failed or not, is the result; nothing is probed
+    node = _Stopping([{"failed": True, "msg": "pid 7 survived SIGKILL"}], runs_commands=False)
+    assert action.ActionModule._call(node, stop, {}) == {"failed": True, "msg": "pid 7 survived SIGKILL"}
+    assert node.probes == []
 
 
 class _Display(object):
