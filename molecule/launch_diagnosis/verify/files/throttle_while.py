@@ -7,16 +7,22 @@ Watches the container's processes (``docker top``, read by the engine from the h
 container) every 0.2 s. Once a process whose command line holds every ``--match`` word and no ``--skip``
 word runs, the container gets ``docker update --cpus CPUS``; when no such process is left, it gets
 ``--cpus BACK`` again and this exits, printing one JSON line: when each happened (the controller's clock),
-the pids seen, and ``throttled`` (false when no such process ran before ``--timeout``).
+the pids seen, ``throttled`` (false when no such process ran before ``--timeout``) and ``cpu_s``, the CPU
+seconds the container used while limited (its cgroup's usage on the host, cgroup v1 or v2): the work the
+fault cost, which a busy host does not stretch as it stretches the wall time (the container then gets
+less than its quota).
 
 Why: the fabric gate step's slow node (0.07 of a CPU) should be slow where the probe measures it. Limited
 for the whole play, every task of the play on that node (a Python start and a module at 0.07 CPU, about
 10 s each) cost the step about 3 minutes more."""
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+
+ROOT = "/sys/fs/cgroup"
 
 
 def matching(container, words, skip):
@@ -38,6 +44,32 @@ def update(container, cpus):
     return time.time()
 
 
+def cpu_seconds(container):
+    """CPU seconds the container's processes have used, read from its cgroup on the host (cgroup v1
+    cpuacct.usage, v2 cpu.stat usage_usec); None where it cannot be read."""
+    out = subprocess.run(["docker", "inspect", "-f", "{{.State.Pid}}", container], capture_output=True,
+                         text=True, check=False)
+    try:
+        with open("/proc/%d/cgroup" % int(out.stdout.strip()), encoding="ascii") as handle:
+            lines = [line.rstrip("\n").split(":", 2) for line in handle]
+    except (ValueError, OSError):
+        return None
+    for _id, controllers, path in lines:
+        if "cpuacct" in controllers.split(","):
+            for mount in ("cpuacct", "cpu,cpuacct", "cpuacct,cpu"):
+                usage = os.path.join(ROOT, mount, path.lstrip("/"), "cpuacct.usage")
+                if os.path.exists(usage):
+                    with open(usage, encoding="ascii") as handle:
+                        return int(handle.read()) / 1e9
+        if controllers == "":
+            stat = os.path.join(ROOT, path.lstrip("/"), "cpu.stat")
+            if os.path.exists(stat):
+                with open(stat, encoding="ascii") as handle:
+                    fields = dict(line.split() for line in handle if line.strip())
+                return int(fields["usage_usec"]) / 1e6
+    return None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("container")
@@ -53,7 +85,8 @@ def main(argv=None):
         while time.monotonic() < deadline:
             pids = matching(opts.container, opts.match, opts.skip)
             if pids:
-                report.update(throttled=True, pids=pids, limited_at=update(opts.container, opts.cpus))
+                report.update(throttled=True, pids=pids, limited_at=update(opts.container, opts.cpus),
+                              cpu_s_at_limit=cpu_seconds(opts.container))
                 break
             time.sleep(0.2)
         else:
@@ -70,7 +103,10 @@ def main(argv=None):
             report["error"] = "still running after %.0f s" % opts.timeout
     finally:
         if report["throttled"]:
+            used = cpu_seconds(opts.container)
             report["released_at"] = update(opts.container, opts.back)
+            if used is not None and report["cpu_s_at_limit"] is not None:
+                report["cpu_s"] = round(used - report["cpu_s_at_limit"], 3)
     print(json.dumps(report))
     return 0 if "error" not in report else 1
 
