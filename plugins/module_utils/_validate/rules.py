@@ -152,7 +152,7 @@ def _forks(variable, value, values, ctx):
     forks, hosts = ctx.get("forks"), ctx.get("hosts") or []
     if str(value) != "ssh" or not is_int(forks) or int(forks) >= len(hosts):
         return []
-    detached = values.get("train_detach") is True or str(values.get("train_detach")).lower() in ("true", "yes", "1")
+    detached = as_bool(values.get("train_detach", False))
     fabric = str(values.get("train_fabric_check", "off"))
     if detached and fabric == "off" and not ctx.get("probe"):
         return []
@@ -274,7 +274,7 @@ def _train_user(variable, value, values, ctx):
     """root needs train_allow_root; any other name must be able to be an account."""
     name = str(value).strip()
     allow = values.get("train_allow_root", False)
-    if name == "root" and not (allow is True or str(allow).lower() in ("true", "yes", "1")):
+    if name == "root" and not as_bool(allow):
         return [Problem(variable, value, "the job (your script and everything it imports) would run as root",
                         "an unprivileged account (empty: mtrain, created by the role), or train_allow_root: true")]
     if name and name != "root" and not re.match(USERNAME_RE, name):
@@ -287,7 +287,7 @@ def _existing_env(requirements, requirements_file):
     """An existing environment (train_venv_existing, wheel_distribute_venv_existing) is the user's: job
     requirements are not installed into it."""
     def rule(variable, value, values, ctx):
-        if not (value is True or str(value).lower() in ("true", "yes", "on", "1")):
+        if not as_bool(value):
             return []
         given = [name for name in (requirements, requirements_file) if values.get(name)]
         if not given:

@@ -284,6 +284,10 @@ def test_rdzv_port_of_the_hosts_ssh_and_root_only_when_allowed():
     assert run({"train_rdzv_port": 22}, {"ssh_ports": ["{{ templated }}"]}) != []
     assert run({"train_user": "root", "train_allow_root": True}, {}) == []
     assert run({"train_user": "root", "train_allow_root": False}, {}) != []
+    # every word the boolean type accepts means what it says (as_bool), "on" and "y" as well
+    assert run({"train_user": "root", "train_allow_root": "on"}, {}) == []
+    assert run({"train_user": "root", "train_allow_root": "y"}, {}) == []
+    assert run({"train_user": "root", "train_allow_root": "off"}, {}) != []
     assert run({"train_user": "", "train_allow_root": False}, {}) == []
     assert run({"train_user": "alice", "train_firewall": "true"}, {}) == []
 
