@@ -57,6 +57,11 @@ def _answerless(called):
     return bool(called.get("failed")) and "done" not in called and "module_stdout" in called
 
 
+def _cause(called):
+    """What a module call without the module's answer says went wrong (the connection's stderr, else its msg)."""
+    return (called.get("module_stderr") or called.get("msg") or "").strip()
+
+
 def _lost(host, cause):
     """The failed wait on a node that is gone (``no_answer``: the collect after it passes the node over)."""
     return {"failed": True, "no_answer": True, "module_stdout": "",
@@ -91,7 +96,7 @@ class ActionModule(ActionBase):
         if _answerless(called) and not self._answers():
             raise AnsibleConnectionFailure("%s does not answer: %s" % (
                 task_vars.get("inventory_hostname") if task_vars else None,
-                (called.get("module_stderr") or called.get("msg") or "").strip()))
+                _cause(called)))
         return called
 
     def _start_and_follow(self, args, poll, collect_to, task_vars):
@@ -142,7 +147,7 @@ class ActionModule(ActionBase):
                         answerless = True
                         continue
                     if _answerless(polled) and not self._answers():
-                        polled = _lost(host, (polled.get("module_stderr") or polled.get("msg") or "").strip())
+                        polled = _lost(host, _cause(polled))
                     result.update(polled)
                     return result
                 answerless = False
