@@ -1045,6 +1045,8 @@ class Hub(object):
             if msg.get("progress") is not None:
                 self.node_progress[node], self.node_generation[node] = msg["progress"], msg.get("generation") or 0
                 self.node_failure[node] = msg.get("last_failure")
+            if msg.get("lease_expired") and not self.lease_reported:
+                self.lease_reported, changed = node, True
             failure = msg.get("failure")
             if failure and not any(f.get("node") == node for f in self.failures):
                 self.failures.append(failure)
@@ -1113,7 +1115,11 @@ class Hub(object):
             if not self.stop:
                 stalled = (self.judge_attempts() if self.no_progress else None) or \
                     (self.judge_hang(now) if self.hang_timeout else None)
-            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone(), stalled=stalled)
+            own_lease = self.lease_gone()
+            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic,
+                                 own_lease or bool(self.lease_reported and not self.elastic), stalled=stalled)
+            if stop and not self.stop and stop.get("reason") == "lease" and not own_lease:
+                stop = dict(stop, decided_by=self.lease_reported)
             refined = refine_stop(self.stop, self.lost)
             if self.stop and refined is not self.stop:
                 self.stop = refined
@@ -1174,6 +1180,11 @@ class Watcher(Hub):
         self.lost = []
         self.stop = None
         self.stopped_local = False
+        # At the hub: the first other node that reported its own lease expired (its watcher stopped its
+        # ranks). The hub stops the job everywhere for it, the job having lost that node's ranks anyway;
+        # an elastic job goes on without the node, as for a lost one (the controller may be alive and
+        # cut off from that node only), and the others' own leases end it if the controller is gone.
+        self.lease_reported = None
         self.events = []
         self.restart_requested = {}
         self.hub_seen = False
@@ -1420,6 +1431,10 @@ class Watcher(Hub):
                     msg.update(progress=self.progress, generation=self.generation, last_failure=self.last_failure)
                 if self.hang_timeout:
                     msg["collectives"] = self.collectives
+                if self.stop and self.stop.get("reason") == "lease" and self.stop.get("decided_by") == self.node:
+                    # The first lease to run out stops the job on every node, not only on its own: the
+                    # controller renews each node's lease in its own call, up to a poll window apart.
+                    msg["lease_expired"] = True
                 try:
                     if sock is None:
                         sock = socket.create_connection((self.conf["hub_addr"], int(self.conf["port"])), timeout=2)

@@ -456,6 +456,55 @@ def test_a_node_takes_the_hubs_stop_before_its_own_killed_ranks(tmp_path, hub_st
     assert reports[0]["failure"] == killed  # the hub hears of the failure either way
 
 
+@pytest.mark.parametrize("elastic", [False, True])
+def test_the_first_lease_to_run_out_stops_the_job_on_every_node(tmp_path, elastic):
+    """The controller renews each node's lease in that node's own poll, up to a poll window apart: a
+    node (not the hub) whose lease ran out first stops its ranks and tells the hub, which stops the
+    job everywhere then, naming that node, instead of at its own lease's expiry seconds later (a real
+    hub and a real node over a socket). An elastic job goes on without that node: a live controller
+    may be cut off from it alone, and the hub's own lease still ends the job if it is gone."""
+    import socket
+    import threading
+    import time
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    hub_dir = _job_dir(tmp_path / "n1", "lease-first", nodes=["node1", "node2"], lease=60, port=port, token="t",
+                       bind="127.0.0.1", elastic=elastic)
+    node_dir = _job_dir(tmp_path / "n2", "lease-first", hub=False, node="node2", nodes=["node1", "node2"], lease=1,
+                        hub_addr="127.0.0.1", port=port, token="t", elastic=elastic)
+    old = time.time() - 30
+    os.utime(str(node_dir / "lease"), (old, old))
+    hub, node = w.Watcher(str(hub_dir)), w.Watcher(str(node_dir))
+    killed = []
+    hub.kill_local = lambda workers_only=False: killed.append("node1")
+    node.kill_local = lambda workers_only=False: killed.append("node2")
+    threading.Thread(target=hub.serve, args=(port,), daemon=True).start()
+    running = {"state": "running", "failure": None, "running": 1, "restarts": 0, "ranks": []}
+    hub_local = dict(running, node="node1")
+    hub.hub_tick(hub_local)
+    assert hub.stop is None  # the hub's own lease is fresh
+    states = iter([dict(running, node="node2"), dict(running, node="node2", state="stopped", running=0)])
+    node.local_state = lambda: next(states)
+    node.nap = lambda: None
+    ran = []
+    threading.Thread(target=lambda: ran.append(node.run()), daemon=True).start()
+    deadline = time.time() + 10
+    while not ran and time.time() < deadline:
+        time.sleep(0.05)
+    assert ran == [0] and node.stop["reason"] == "lease" and node.stop["decided_by"] == "node2"
+    hub.hub_tick(hub_local)
+    assert hub.lease_reported == "node2"
+    if elastic:
+        assert hub.stop is None and "node1" not in killed
+        return
+    assert hub.stop["reason"] == "lease" and hub.stop["decided_by"] == "node2"
+    assert "node1" in killed and "node2" in killed
+    assert "controller lease expired" in w.describe_stop(hub.stop, lease=hub.lease)
+
+
 # ---------------------------------------------------------------- a crash loop (no_progress)
 
 def _patterns(pattern=None):
