@@ -80,14 +80,38 @@ def _time_of(entry, error_file):
 TAIL_LINES = 30
 
 
-def wrapper_exits(job_dir):
-    """Local rank -> the exit code the rank wrapper recorded for its latest attempt (where it recorded one)."""
+def latest_records(job_dir):
+    """Local rank -> the rank wrapper's record of its latest attempt (``_node.watch.read_ranks``)."""
     latest = {}
-    for entry in read_ranks(job_dir):
-        local, restart = entry.get("local_rank"), entry.get("restart") or 0
-        if local is not None and (local not in latest or restart >= latest[local][0]):
-            latest[local] = (restart, entry.get("exitcode") if entry.get("state") in ("succeeded", "failed") else None)
-    return {local: code for local, (_restart, code) in latest.items() if code is not None}
+    for record in read_ranks(job_dir):
+        local = record.get("local_rank")
+        if local is not None and (local not in latest or (record.get("restart") or 0) >= (latest[local].get("restart") or 0)):
+            latest[local] = record
+    return latest
+
+
+def wrapper_exits(job_dir, latest=None):
+    """Local rank -> the exit code the rank wrapper recorded for its latest attempt (where it recorded one)."""
+    latest = latest_records(job_dir) if latest is None else latest
+    return {local: record["exitcode"] for local, record in latest.items()
+            if record.get("state") in ("succeeded", "failed") and record.get("exitcode") is not None}
+
+
+def recorded_failures(latest, failures):
+    """The ranks that failed by their own records (``latest``: local rank -> the rank wrapper's record of
+    its latest attempt) and that torchrun's summary (``failures``) does not name.
+
+    torchrun prints its failure summary as it ends; a torchrun that a signal ends first prints none.
+    Under Slurm that happens to the node whose rank failed when another node's task exits first:
+    ``srun --kill-on-bad-exit`` signals every process of the step while this node's torchrun still
+    waits for its other ranks. The failing rank recorded its exit code and error as it ended. A rank
+    that left no record (killed by a signal: torchrun's own stop, mostly) is not named here."""
+    named = set(f.get("local_rank") for f in failures)
+    return [{"rank": record.get("rank"), "local_rank": local, "exitcode": record.get("exitcode"),
+             "message": record.get("message"), "error_file": None, "source": "rank record",
+             "timestamp": record.get("time"), "peer": is_peer_error(record.get("message"), record.get("exitcode"))}
+            for local, record in sorted(latest.items())
+            if local not in named and record.get("state") == "failed"]
 
 
 def collect(job_dir, job, result_data, tail_lines, host):
@@ -113,9 +137,12 @@ def collect(job_dir, job, result_data, tail_lines, host):
         info["peer"] = is_peer_error(info.get("message"), info.get("exitcode"))
         if not any(f["rank"] == info["rank"] and f["local_rank"] == info["local_rank"] for f in failures):
             failures.append(info)
+    latest = latest_records(job_dir)
+    if rc != 0:
+        failures += recorded_failures(latest, failures)
     rendezvous = parsed["rendezvous"] or {}
     local_ranks = rendezvous.get("local_ranks") or sorted(dirs) or list(range(job.get("nproc_per_node", 0)))
-    ranks = rank_results(local_ranks, rendezvous.get("global_ranks") or [], failures, rc, wrapper_exits(job_dir))
+    ranks = rank_results(local_ranks, rendezvous.get("global_ranks") or [], failures, rc, wrapper_exits(job_dir, latest))
     for entry in ranks:
         directory = dirs.get(entry["local_rank"])
         entry["stdout"] = os.path.join(directory, "stdout.log") if directory else None

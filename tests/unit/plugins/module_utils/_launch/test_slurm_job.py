@@ -8,6 +8,7 @@ the other node's ranks dying of it).
 from __future__ import annotations
 
 import json
+import shutil
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._launch import slurm_job
@@ -46,6 +47,26 @@ def test_results_name_the_first_hand_failure_across_nodes(tmp_path):
     assert [r["rank"] for r in out["node_results"]["n2"]["ranks"]] == [2, 3]
     assert (job_dir / "batch.log").exists() and not (base / "slurm-7.out").exists()
     assert out["lines"][-1].startswith("root cause: rank 3 (local_rank 1) on n2")
+
+
+def test_results_name_the_failing_rank_when_slurm_signalled_every_torchrun_before_its_summary(tmp_path):
+    """tests/fixtures/torchrun/jobs/slurm_2node_signalled (recorded by its record.py with torch 2.13): the
+    hub's stop ended n1's torchrun, and srun's kill-on-bad-exit ended n2's while it still waited for rank 2.
+    Neither agent printed its failure summary; rank 3's own record names it (CI, 2026-12-02: the play named
+    "rank 0 ... exited -15: ... Connection closed by peer" instead)."""
+    base = tmp_path / "jobs"
+    job_dir = base / "7"
+    shutil.copytree(str(FIXTURES / "torchrun" / "jobs" / "slurm_2node_signalled"), str(job_dir))
+    for node in ("n1", "n2"):
+        assert "Root Cause" not in (job_dir / node / "torchrun.log").read_text()
+    (base / "slurm-7.out").write_text("srun: error: n1: task 0: Exited with exit code 1\n")
+    out = slurm_job.results(FakeModule(job_base=str(base), tail_lines=5), "7", str(job_dir),
+                            {"state": "FAILED", "nodes": "n[1-2]"}, time.time())
+    assert out["root_cause_line"] == \
+        "rank 3 (local_rank 1) on n2 exited 1: RuntimeError: injected failure on rank 3 at step 2"
+    assert out["root_cause"]["source"] == "rank record"
+    states = {r["rank"]: r["state"] for r in out["node_results"]["n2"]["ranks"]}
+    assert states[3] == "failed"
 
 
 def test_results_report_the_preflight_when_no_rank_ran(tmp_path):

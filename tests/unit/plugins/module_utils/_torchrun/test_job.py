@@ -73,6 +73,33 @@ def test_collect_failure_names_rank_message_and_tail():
     assert states[1] == "failed"
 
 
+def test_collect_names_a_failure_only_the_ranks_own_record_holds(tmp_path):
+    """A torchrun that a signal ended before its summary (slurm_2node_signalled/n2, see its record.py): the
+    rank wrapper's exit record names the failure. A succeeded job names none, and neither does a rank
+    that left no record (rank 2 here, killed), nor one whose failure torchrun's summary already names."""
+    job_dir = job_copy(tmp_path, "slurm_2node_signalled")
+    node = os.path.join(job_dir, "n2")
+    out = collect(node, load(node, "job.json"), load(node, "result.json"), 5, "n2")
+    assert out["rc"] == 1
+    assert [(f["rank"], f["local_rank"], f["exitcode"], f["peer"]) for f in out["failures"]] == [(3, 1, 1, False)]
+    assert out["root_cause_line"] == "rank 3 (local_rank 1) on n2 exited 1: RuntimeError: injected failure on rank 3 at step 2"
+    assert out["root_cause"]["timestamp"] == pytest.approx(1796191510.17, abs=0.01)
+    assert "injected failure" in out["log_tail"]
+    assert collect(node, load(node, "job.json"), dict(load(node, "result.json"), rc=0), 5, "n2")["failures"] == []
+    shutil.rmtree(os.path.join(node, "exits"))
+    assert collect(node, load(node, "job.json"), load(node, "result.json"), 5, "n2")["root_cause"] is None
+    # a failure torchrun's summary names is read from there (error file, time), not twice
+    recorded = job_copy(tmp_path, "fail_rank1")
+    os.makedirs(os.path.join(recorded, "exits"))
+    for kind, data in (("start", {"pid": 0, "rank": 1, "local_rank": 1}),
+                       ("exit", {"exitcode": 1, "message": "RuntimeError: injected failure on rank 1 at step 1",
+                                 "time": 1.0, "rank": 1, "local_rank": 1})):
+        with open(os.path.join(recorded, "exits", "0_1." + kind), "w") as handle:
+            json.dump(data, handle)
+    out = collect(recorded, load(recorded, "job.json"), load(recorded, "result.json"), 5, "vm")
+    assert len(out["failures"]) == 1 and out["root_cause"]["error_file"] and "source" not in out["root_cause"]
+
+
 def test_collect_without_result_json_reports_unknown():
     job_dir = str(JOBS / "ok_1node")
     out = collect(job_dir, load(job_dir, "job.json"), None, 5, "vm")
