@@ -303,6 +303,7 @@ def rank_results(local_ranks, global_ranks, failures, rc, exited=None):
         if failure:
             entry["exitcode"] = failure["exitcode"]
             entry["state"] = "terminated" if (failure["exitcode"] or 0) < 0 else "failed"
+            entry["peer"] = bool(failure.get("peer"))
         elif rc == 0 or exited.get(local) == 0:
             entry["exitcode"], entry["state"] = 0, "succeeded"
         results.append(entry)
@@ -411,6 +412,19 @@ def elastic_lost(results, hosts, failed_nodes=()):
     return failed if all(host in named for host in failed) else []
 
 
+def consequence(rank):
+    """How a rank other than the first failure ended, for the report: ``consequence`` (stopped, killed,
+    terminated by a signal, still running or unknown when the job ended, or failed of a peer's error:
+    ``is_peer_error``), ``own`` (failed of an error of its own: a second cause, not a consequence) or ''
+    (succeeded). ``rank``: an entry of ``rank_results``."""
+    state = rank.get("state")
+    if state == "succeeded":
+        return ""
+    if state == "failed" and not rank.get("peer"):
+        return "own"
+    return "consequence"
+
+
 def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
                lost_timeout=10, nnodes=""):
     """The play's report of a finished job (roles/train/tasks/report.yml) from every node's result of
@@ -421,8 +435,9 @@ def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", end
       node, an expired lease) wins; a job whose only failed nodes were lost names them as lost (their
       connection errors are not the cause); else ``cross_node_root_cause``.
     - ``lines``: the job (world size, nodes, rendezvous, where the logs are), one line per node (rc,
-      ranks, duration, timed out, FAILED), and for a failed job the root cause and the ranks stopped as
-      its consequence; the lost nodes.
+      ranks, duration, timed out, FAILED), and for a failed job the root cause, the ranks that failed of an
+      error of their own besides it and the ranks stopped as its consequence (``consequence``); the lost
+      nodes.
     - ``rank0_log``: the controller's copy of global rank 0's stdout ('' when no node reported it).
     """
     results = dict((host, (results or {}).get(host) or {}) for host in hosts)
@@ -440,11 +455,12 @@ def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", end
     elif lost and not [node for node in failed_nodes if node not in lost]:
         root_line = "node %s lost (no heartbeat for %ss)" % (", ".join(lost), lost_timeout)
     else:
-        root_line = cross_node_root_cause(results, node_errors)["line"]
+        cause = cross_node_root_cause(results, node_errors)
+        root_line, first_failure = cause["line"], first_failure or cause["root"] or {}
     world = _first((r.get("world_size") for r in ordered), "unknown")
     lines = ["job %s: world size %s on %d node(s), rendezvous %s, logs in %s/%s/"
              % (job_id, world, len(hosts), endpoint, runs_dir, job_id)]
-    consequences, rank0_log = [], ""
+    consequences, own, rank0_log = [], [], ""
     prefix = "%s/%s/" % (log_dir, job_id)
     for host in hosts:
         result = results[host]
@@ -456,15 +472,20 @@ def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", end
             ", timed out" if result.get("timed_out") else "",
             ", FAILED" if host in failed_nodes else ", lost" if host in lost else ""))
         for rank in ranks:
-            first_hand = host == first_failure.get("node") and rank.get("local_rank") == first_failure.get("local_rank")
-            if rank.get("state") != "succeeded" and not first_hand:
+            first = host == first_failure.get("node") and rank.get("local_rank") == first_failure.get("local_rank")
+            kind = "" if first else consequence(rank)
+            if kind == "consequence":
                 consequences.append("rank %s on %s" % (rank.get("rank"), host))
+            elif kind == "own":
+                own.append("rank %s on %s" % (rank.get("rank"), host))
             if rank.get("rank") == 0 and rank.get("stdout") and not rank0_log:
                 stdout = rank["stdout"]
                 rank0_log = "%s/%s/%s/%s" % (runs_dir, job_id, host,
                                              stdout[len(prefix):] if stdout.startswith(prefix) else stdout)
     if failed_nodes:
         lines.append("root cause: " + root_line)
+        if own:
+            lines.append("also failed, of an error of their own: " + ", ".join(own))
         if consequences:
             lines.append("stopped as a consequence: " + ", ".join(consequences))
     if lost:

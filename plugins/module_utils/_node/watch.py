@@ -401,21 +401,6 @@ def describe_stop(stop, lost_after=None, lease=None):
     return str(reason)
 
 
-def consequences(ranks_by_node, first):
-    """Ranks stopped because of the first failure: every rank not ended by itself, except the
-    first failing one. ``ranks_by_node``: node -> list of rank dicts (state as classify_rank)."""
-    out = []
-    for node in sorted(ranks_by_node):
-        for entry in ranks_by_node[node] or []:
-            if first and node == first.get("node") and entry.get("local_rank") == first.get("local_rank") \
-                    and entry.get("restart", 0) == first.get("restart", 0):
-                continue
-            if entry.get("state") in ("running", "killed", "stopped") or \
-                    (entry.get("state") == "failed" and entry.get("peer")):
-                out.append({"node": node, "rank": entry.get("rank"), "local_rank": entry.get("local_rank")})
-    return out
-
-
 # ==================================================================================================
 # 2. No-follow walker: the job directory's files opened one name at a time, never through a link of
 #    the job's account, never a FIFO (root reads them too: _torchrun.collect imports these).

@@ -54,8 +54,8 @@ def test_refuses_what_is_not_a_mapping():
 from ansible_collections.multinode.training.plugins.filter.train_root_cause import train_report  # noqa: E402
 
 
-def rank(number, local, state, stdout=None):
-    return {"rank": number, "local_rank": local, "state": state, "stdout": stdout}
+def rank(number, local, state, stdout=None, peer=False):
+    return {"rank": number, "local_rank": local, "state": state, "stdout": stdout, "peer": peer}
 
 
 REPORT_ARGS = dict(job_id="j1", endpoint="10.0.0.1:29500", runs_dir="/ctl/runs", log_dir="/var/log/mt", lost_timeout=10)
@@ -93,6 +93,23 @@ def test_report_watchers_stop_line_wins_and_names_the_consequences():
                                 "root cause: " + stop_line,
                                 "stopped as a consequence: rank 0 on node1, rank 1 on node1, rank 2 on node2"]
     assert out["lines"][0].startswith("job j1: world size unknown on 2 node(s)")
+
+
+def test_report_a_second_rank_that_failed_of_its_own_error_is_no_consequence():
+    """No watcher stop line: the root cause is the first first-hand failure across the nodes (rank 3), which
+    is listed nowhere else; rank 1 failed of its own error later (a second cause, not a consequence);
+    rank 0 died of a peer's error and rank 2 was terminated: those two are the consequences."""
+    results = {
+        "node1": {"rc": 1, "ranks": [rank(0, 0, "failed", peer=True), rank(1, 1, "failed")],
+                  "failures": [failure(0, 0, "RuntimeError: Connection closed by peer", 11.0, peer=True),
+                               failure(1, 1, "ValueError: bad batch", 12.0)]},
+        "node2": {"rc": 1, "ranks": [rank(2, 0, "terminated"), rank(3, 1, "failed")],
+                  "failures": [failure(2, 0, "", 11.5, exitcode=-15), failure(3, 1, "AssertionError: boom", 10.0)]},
+    }
+    out = train_report(results, ["node1", "node2"], ["node1", "node2"], {}, **REPORT_ARGS)
+    assert out["root_line"] == "rank 3 (local_rank 1) on node2 exited 1: AssertionError: boom"
+    assert out["lines"][-2:] == ["also failed, of an error of their own: rank 1 on node1",
+                                 "stopped as a consequence: rank 0 on node1, rank 2 on node2"]
 
 
 def test_report_a_lost_node_is_named_lost_not_by_its_connection_error():

@@ -45,6 +45,9 @@ def test_results_name_the_first_hand_failure_across_nodes(tmp_path):
     assert out["root_cause_line"] == \
         "rank 3 (local_rank 1) on n2 exited 1: RuntimeError: injected failure on rank 3 at step 2"
     assert [r["rank"] for r in out["node_results"]["n2"]["ranks"]] == [2, 3]
+    # n1's ranks died of rank 3's failure (their peer errors): the report's consequences (_node.torchrun.consequence)
+    assert [(r["rank"], r["state"], r["peer"]) for r in out["node_results"]["n1"]["ranks"]] == \
+        [(0, "terminated", True), (1, "failed", True)]
     assert (job_dir / "batch.log").exists() and not (base / "slurm-7.out").exists()
     assert out["lines"][-1].startswith("root cause: rank 3 (local_rank 1) on n2")
 

@@ -138,15 +138,6 @@ def test_describe_stop_lines():
     assert w.describe_stop(None) == ""
 
 
-def test_consequences_lists_the_others():
-    first = {"node": "n2", "local_rank": 1, "restart": 0}
-    ranks = {"n1": [{"rank": 0, "local_rank": 0, "state": "killed"}, {"rank": 1, "local_rank": 1, "state": "running"}],
-             "n2": [{"rank": 2, "local_rank": 0, "state": "succeeded"},
-                    {"rank": 3, "local_rank": 1, "state": "failed", "restart": 0}]}
-    assert w.consequences(ranks, first) == [{"node": "n1", "rank": 0, "local_rank": 0},
-                                            {"node": "n1", "rank": 1, "local_rank": 1}]
-
-
 def test_read_ranks_from_wrapper_records(tmp_path):
     exits = tmp_path / "exits"
     exits.mkdir()
