@@ -13,7 +13,12 @@ module's file>] && sleep 0``: Ansible over the docker connection, pipelined or n
 A call in flight then blocks as it would on a frozen host; a new ``docker exec`` would be refused
 at once instead (a paused container), which is not what a poll's bound is for: hence in a call.
 Prints one JSON line: the controller's clock just before and just after ``docker pause``, and the
-call's pid and age. Exits 1 when no such call came within --timeout seconds (nothing paused)."""
+call's pid and age. Exits 1 when no such call came within --timeout seconds (nothing paused).
+
+A ``docker pause`` that fails is tried again at the next look, while such a call still runs: the freezer
+can fail to stop every task of the container in its time on a loaded host ("OCI runtime pause failed:
+unable to freeze", CI 2026-12-02), and runc then thaws the container again. The error is printed if no
+try succeeded."""
 import argparse
 import json
 import re
@@ -49,17 +54,22 @@ def main(argv):
     parser.add_argument("--timeout", type=float, default=240)
     args = parser.parse_args(argv)
     deadline = time.time() + args.timeout
+    failed = []
     while time.time() < deadline:
         procs = processes(args.container)
         calls = [(pid, age) for pid, age, text in procs if CALL.match(text) and age >= args.age]
         if calls and any(args.mark in text for _pid, _age, text in procs):
             before = time.time()
-            subprocess.run(["docker", "pause", args.container], check=True, stdout=subprocess.DEVNULL)
-            print(json.dumps({"before": before, "after": time.time(), "pid": calls[0][0], "age": calls[0][1]}))
-            return 0
+            paused = subprocess.run(["docker", "pause", args.container], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, universal_newlines=True, check=False)
+            if paused.returncode == 0:
+                print(json.dumps({"before": before, "after": time.time(), "pid": calls[0][0], "age": calls[0][1],
+                                  "failed_tries": failed}))
+                return 0
+            failed.append(paused.stderr.strip())
         time.sleep(0.2)
-    print(json.dumps({"error": "no module call of %d s or more beside %r in %s within %d s"
-                      % (args.age, args.mark, args.container, args.timeout)}))
+    print(json.dumps({"error": "no module call of %d s or more beside %r in %s paused within %d s"
+                      % (args.age, args.mark, args.container, args.timeout), "failed_tries": failed}))
     return 1
 
 
