@@ -15,7 +15,9 @@ TEXT raises AssertionError(TEXT)). --hang-others: the other ranks ignore
 SIGTERM and block after the all-reduce, as NCCL ranks in a collective with a
 dead peer do. --step-seconds N: a long job (N seconds per step). --linger-rank R
 --linger-seconds S: rank R works S seconds more after the last collective (as a
-rank writing the final checkpoint while the others have exited).
+rank writing the final checkpoint while the others have exited). --hold-file PATH
+--hold-seconds S: after the last step every rank waits until PATH exists (at most
+S seconds, then it fails): a job that ends only once its observer has seen it run.
 
 A GPU job's shape without a GPU (--skip-deepspeed --device-seconds S): every step the rank's "device" works
 S seconds, then the ranks all-reduce. --device-wait spin (the default) waits as CUDA's default synchronisation
@@ -57,6 +59,8 @@ def parse_args(argv=None):
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger-seconds", type=float, default=0.0)
     # by default the directory the collection gives the job (train_checkpoint_dir)
+    parser.add_argument("--hold-file", default="")
+    parser.add_argument("--hold-seconds", type=float, default=600.0)
     parser.add_argument("--checkpoint-dir", default=os.environ.get("MULTINODE_TRAINING_CHECKPOINT_DIR", ""))
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--max-seconds", type=float, default=0.0,
@@ -219,6 +223,8 @@ def _run(args):
     elif args.fail_rank == rank:
         dist.barrier()
         _fail(args, rank, args.fail_step)
+    if args.hold_file:
+        _hold(args.hold_file, args.hold_seconds, rank)
     dist.barrier()
     dist.destroy_process_group()
     if args.linger_rank == rank and args.linger_seconds:
@@ -228,6 +234,20 @@ def _run(args):
         time.sleep(args.linger_seconds)
     print("smoke: rank=%d done" % rank, flush=True)
     return 0
+
+
+def _hold(path, seconds, rank, clock=None, sleep=None):
+    """Wait until ``path`` exists, at most ``seconds``; past that, fail naming it."""
+    import time
+
+    clock, sleep = clock or time.monotonic, sleep or time.sleep
+    print("smoke: rank=%d holding until %s exists" % (rank, path), flush=True)
+    deadline = clock() + seconds
+    while not os.path.exists(path):
+        if clock() >= deadline:
+            raise RuntimeError("--hold-file %s did not appear within %g s" % (path, seconds))
+        sleep(0.2)
+    print("smoke: rank=%d released by %s" % (rank, path), flush=True)
 
 
 def loaded_ops():

@@ -4,6 +4,8 @@ import importlib.util
 import sys
 import types
 
+import pytest
+
 from tests.unit.conftest import ROOT
 
 _SPEC = importlib.util.spec_from_file_location("smoke_train", ROOT / "roles" / "train" / "files" / "smoke_train.py")
@@ -75,3 +77,21 @@ def test_max_seconds_is_rank_0s_clock_and_every_rank_takes_its_verdict(monkeypat
     assert smoke._time_is_up(1, time.monotonic(), 5, "cpu") is True
     assert smoke.parse_args(["--max-seconds", "75"]).max_seconds == 75.0
     assert smoke.parse_args([]).max_seconds == 0.0
+
+
+def test_a_held_rank_ends_once_the_file_exists_and_fails_past_its_limit(tmp_path, capsys):
+    path = tmp_path / "release"
+    now = [0.0]
+
+    def sleep(seconds):
+        now[0] += seconds
+        if now[0] >= 1.0:
+            path.write_text("")
+
+    smoke._hold(str(path), 60, 3, clock=lambda: now[0], sleep=sleep)
+    assert 1.0 <= now[0] < 1.5
+    assert "smoke: rank=3 released by %s" % path in capsys.readouterr().out
+    path.unlink()
+    now[0] = 0.0
+    with pytest.raises(RuntimeError, match="did not appear within 5 s"):
+        smoke._hold(str(path), 5, 3, clock=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
