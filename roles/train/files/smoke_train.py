@@ -58,9 +58,9 @@ def parse_args(argv=None):
     parser.add_argument("--slow-factor", type=float, default=2.0)
     parser.add_argument("--linger-rank", type=int, default=-1)
     parser.add_argument("--linger-seconds", type=float, default=0.0)
-    # by default the directory the collection gives the job (train_checkpoint_dir)
     parser.add_argument("--hold-file", default="")
     parser.add_argument("--hold-seconds", type=float, default=600.0)
+    # by default the directory the collection gives the job (train_checkpoint_dir)
     parser.add_argument("--checkpoint-dir", default=os.environ.get("MULTINODE_TRAINING_CHECKPOINT_DIR", ""))
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--max-seconds", type=float, default=0.0,
