@@ -111,15 +111,6 @@ def problems(manifest, where):
     return found
 
 
-def read_valid(path):
-    """Read and validate; ManifestError with every problem when it is not a usable manifest."""
-    manifest = read(path)
-    found = problems(manifest, path)
-    if found:
-        raise ManifestError("; ".join(found))
-    return manifest
-
-
 def newest(directory):
     """Path of the newest *.whl.manifest.json in directory (mtime, then name), or None."""
     try:

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """Role wheel_distribute's no-change decisions: what the controller distributes, and is a node current?
 
-Controller side (module wheel_distribute (source)): the manifest (read and validated by _manifest), its
+Controller side (module wheel_distribute (source)): the manifest (read by _manifest, validated by compat), its
 wheel, the wheelhouse, each file with sha256 and size. Node side (module wheel_distribute (compat)): the
 record of what was copied and verified (RECORD_NAME in the node folder), the venv's marker, and the
 installed op binaries against the sha256 that DeepSpeed's dist-info RECORD holds for them. A node
@@ -16,6 +16,7 @@ import json
 import os
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
+from ansible_collections.multinode.training.plugins.module_utils._wheel import compat
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
 
 RECORD_NAME = ".distributed.json"
@@ -58,9 +59,13 @@ def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requi
     if not os.path.isfile(manifest_path):
         raise DistError("wheel manifest %s not found on the controller" % manifest_path)
     try:
-        manifest = _manifest.read_valid(manifest_path)
+        manifest = _manifest.read(manifest_path)
     except _manifest.ManifestError as exc:
         raise DistError("%s (see docs/manifest.md)" % exc)
+    # Its arch list too: the nodes' GPU check reads it, and would fail there on every node instead.
+    problems = compat.manifest_problems(manifest, manifest_path)
+    if problems:
+        raise DistError("%s (see docs/manifest.md)" % "; ".join(problems))
     wheel_path = wheel or _manifest.wheel_path(manifest_path, manifest)
     problem = _manifest.wheel_problem(manifest, wheel_path, manifest_path)
     if problem:

@@ -361,6 +361,14 @@ def test_manifest_problems(change, expected):
         assert problem.startswith("manifest /d/m.json") and text in problem
 
 
+def test_manifest_problems_arch_list_of_a_cuda_build():
+    m = manifest("manifest-cuda-80-90ptx.json")
+    assert compat.manifest_problems(m, "m.json") == []
+    m["cuda"]["arch_list"] = "8.0;9.0+PTX;ampere-ish"
+    assert compat.manifest_problems(m, "m.json") == [
+        "manifest m.json: unrecognised TORCH_CUDA_ARCH_LIST entry 'ampere-ish' in '8.0;9.0+PTX;ampere-ish'"]
+
+
 def test_manifest_problems_missing_key():
     m = manifest()
     del m["ops"]

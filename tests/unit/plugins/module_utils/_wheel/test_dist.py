@@ -71,6 +71,18 @@ def test_source_refusals_name_the_file(tmp_path, case, expected):
         assert _wheel_dist.source(str(d), path, "", str(d / "wheelhouse"), "https://pypi.org/simple")
 
 
+def test_source_refuses_a_manifest_whose_arch_list_the_nodes_cannot_read(tmp_path):
+    # A hand-edited manifest: refused on the controller, before any copy, not by each GPU node's check.
+    d, m, wheel = dist(tmp_path)
+    m.update(accelerator="cuda", cuda={"version": "13.0", "arch_list": "8.0;sm9"})
+    _manifest.write(_manifest.path_for(str(wheel)), m)
+    path = _wheel_dist.choose_manifest(str(d), "", "")
+    with pytest.raises(_wheel_dist.DistError) as exc:
+        _wheel_dist.source(str(d), path, "", str(d / "wheelhouse"), "")
+    assert str(exc.value) == ("manifest %s: unrecognised TORCH_CUDA_ARCH_LIST entry 'sm9' in '8.0;sm9' "
+                              "(see docs/manifest.md)" % path)
+
+
 def install_deepspeed(site, m, op_bytes=b"op"):
     """DeepSpeed in a site-packages as pip leaves it: its dist-info with a RECORD of the op binaries (each
     recorded as b"op"), and the op binaries (op_bytes)."""
