@@ -241,7 +241,7 @@ options:
     type: float
     default: 0.25
   fabric_seconds:
-    description: Seconds per measurement (train_fabric_seconds).
+    description: Seconds per measurement of the fabric probe (each link, the all_reduce, the matmul).
     type: float
     default: 0.5
 attributes:

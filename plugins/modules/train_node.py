@@ -269,7 +269,7 @@ EXAMPLES = r"""
       python: /opt/multinode-training/venv/bin/python
       script: /opt/multinode-training/code/smoke_train.py
       env_files:
-        - {var: train_nccl_env_file, path: /etc/multinode-training/nccl.env}
+        - {var: train_nccl, path: /etc/multinode-training/nccl.env}
   register: probe
 
 - name: What the platform gave this container

@@ -64,7 +64,7 @@ def base_vars(playbook, tmp):
         "train_runs_dir": tmp + "/runs",
         "train_code_dir": tmp + "/code",
         "train_venv": tmp + "/venv",
-        "train_nccl_env_file": tmp + "/etc/nccl.env",
+        "_train_nccl_env_file": tmp + "/etc/nccl.env",
         "wheel_distribute_dist_dir": str(FIXTURES / "wheel_dist"),
         "_wheel_distribute_node_dir": tmp + "/cache",
         "_nccl_tuning_conf_path": tmp + "/etc/nccl.conf",

@@ -381,6 +381,21 @@ class Worker:
             self.sending = False
             self.cond.notify_all()
 
+    def send_file(self, handler, path, peer):
+        """The file at path as a request's answer, counting what each peer took."""
+        with open(path, "rb") as handle:
+            handler.send_response(200)
+            handler.send_header("Content-Length", str(os.fstat(handle.fileno()).st_size))
+            handler.end_headers()
+            while True:
+                block = handle.read(CHUNK)
+                if not block:
+                    break
+                handler.wfile.write(block)
+                with self.lock:
+                    self.status["served"][peer] = self.status["served"].get(peer, 0) + len(block)
+                self.last_request = time.time()
+
     def serve(self):
         worker = self
 
@@ -416,20 +431,7 @@ class Worker:
                 peer = self.headers.get("X-Node", self.client_address[0])
                 worker.acquire_send(int(self.headers.get("X-Round", "0") or 0))
                 try:
-                    path = target(item["dest"], rel)
-                    with open(path, "rb") as handle:
-                        size = os.fstat(handle.fileno()).st_size
-                        self.send_response(200)
-                        self.send_header("Content-Length", str(size))
-                        self.end_headers()
-                        while True:
-                            block = handle.read(CHUNK)
-                            if not block:
-                                break
-                            self.wfile.write(block)
-                            with worker.lock:
-                                worker.status["served"][peer] = worker.status["served"].get(peer, 0) + len(block)
-                            worker.last_request = time.time()
+                    worker.send_file(self, target(item["dest"], rel), peer)
                 except (IOError, OSError):
                     pass
                 finally:

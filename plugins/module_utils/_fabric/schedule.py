@@ -12,8 +12,8 @@ batch host runs it beside slurm_node.py (as ``_fabric_schedule.py``); the probe
 """
 from __future__ import annotations
 
-# Seconds each measurement of the probe runs, when the caller gives none: train_fabric_seconds in
-# roles/train/defaults/main.yml and the probe's own --seconds (a file that imports nothing) mirror it.
+# Seconds each measurement of the probe runs, when the caller gives none: _train_fabric_seconds in
+# roles/train/vars/main.yml and the probe's own --seconds (a file that imports nothing) mirror it.
 SECONDS = 0.5
 # The probe's shortest time limit: a node starved of CPU (a tenth of a core in the molecule fault, an
 # overloaded node in a cluster) needs over a minute to import torch and must be measured, not timed out.

@@ -152,18 +152,6 @@ def parse_job(text):
     return None
 
 
-def parse_squeue(text):
-    """``squeue -h -o '%i|%T|%M|%D|%N|%R'`` -> list of {job_id, state, elapsed, num_nodes, nodes, reason}."""
-    jobs = []
-    for line in (text or "").splitlines():
-        fields = line.strip().split("|")
-        if len(fields) < 6:
-            continue
-        jobs.append({"job_id": fields[0], "state": fields[1], "elapsed": fields[2], "num_nodes": fields[3],
-                     "nodes": fields[4] or None, "reason": fields[5]})
-    return jobs
-
-
 def parse_sbatch(text):
     """``sbatch --parsable`` prints ``<id>`` or ``<id>;<cluster>`` -> the id."""
     match = re.match(r"^\s*(\d+)(?:;\S+)?\s*$", (text or "").strip().splitlines()[-1] if text and text.strip() else "")
@@ -361,7 +349,7 @@ def quote_argv(argv, rdzv_port):
 
 def fabric_timeout(spec):
     """The probe step's timeout as a shell expression of the allocated node count (roles/train/tasks/fabric.yml's
-    rule: max(TIMEOUT_FLOOR, 30 + 4 x nodes x train_fabric_seconds))."""
+    rule: max(TIMEOUT_FLOOR, 30 + 4 x nodes x fabric_seconds))."""
     per_node = int(math.ceil(4 * float(spec.get("fabric_seconds") or _fabric_schedule.SECONDS)))
     floor = _fabric_schedule.TIMEOUT_FLOOR
     return "$(( 30 + %d * ${#nodes[@]} > %d ? 30 + %d * ${#nodes[@]} : %d ))" % (per_node, floor, per_node, floor)

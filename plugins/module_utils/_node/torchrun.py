@@ -425,6 +425,23 @@ def consequence(rank):
     return "consequence"
 
 
+def _root(results, ordered, failed_nodes, node_errors, lost_timeout):
+    """job_report's (root_line, first_failure, lost): the watchers' decision, the lost nodes, or the ranks'."""
+    stop_line = _first((r.get("stop_line") for r in ordered), "")
+    first_failure = _first((r.get("first_failure") for r in ordered), {})
+    lost = []
+    for result in ordered:
+        for node in result.get("lost") or []:
+            if node not in lost:
+                lost.append(node)
+    if stop_line:
+        return stop_line, first_failure, lost
+    if lost and not [node for node in failed_nodes if node not in lost]:
+        return "node %s lost (no heartbeat for %ss)" % (", ".join(lost), lost_timeout), first_failure, lost
+    cause = cross_node_root_cause(results, node_errors)
+    return cause["line"], first_failure or cause["root"] or {}, lost
+
+
 def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", endpoint="", runs_dir="", log_dir="",
                lost_timeout=10, nnodes=""):
     """The play's report of a finished job (roles/train/tasks/report.yml) from every node's result of
@@ -443,20 +460,7 @@ def job_report(results, hosts, failed_nodes=(), node_errors=None, job_id="", end
     results = dict((host, (results or {}).get(host) or {}) for host in hosts)
     ordered = [results[host] for host in hosts]
     failed_nodes = list(failed_nodes or [])
-    stop_line = _first((r.get("stop_line") for r in ordered), "")
-    first_failure = _first((r.get("first_failure") for r in ordered), {})
-    lost = []
-    for result in ordered:
-        for node in result.get("lost") or []:
-            if node not in lost:
-                lost.append(node)
-    if stop_line:
-        root_line = stop_line
-    elif lost and not [node for node in failed_nodes if node not in lost]:
-        root_line = "node %s lost (no heartbeat for %ss)" % (", ".join(lost), lost_timeout)
-    else:
-        cause = cross_node_root_cause(results, node_errors)
-        root_line, first_failure = cause["line"], first_failure or cause["root"] or {}
+    root_line, first_failure, lost = _root(results, ordered, failed_nodes, node_errors, lost_timeout)
     world = _first((r.get("world_size") for r in ordered), "unknown")
     lines = ["job %s: world size %s on %d node(s), rendezvous %s, logs in %s/%s/"
              % (job_id, world, len(hosts), endpoint, runs_dir, job_id)]

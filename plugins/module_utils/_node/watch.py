@@ -1388,6 +1388,19 @@ class Watcher(Hub):
         except OSError:  # full: a wake-up is pending already
             pass
 
+    def hub_message(self, local):
+        """What a node tells the hub each round: its state and failure, and what the hub's checks read."""
+        msg = {"token": self.token, "node": self.node, "state": local["state"], "failure": local["failure"]}
+        if self.no_progress:
+            msg.update(progress=self.progress, generation=self.generation, last_failure=self.last_failure)
+        if self.hang_timeout:
+            msg["collectives"] = self.collectives
+        if self.stop and self.stop.get("reason") == "lease" and self.stop.get("decided_by") == self.node:
+            # The first lease to run out stops the job on every node, not only on its own: the
+            # controller renews each node's lease in its own call, up to a poll window apart.
+            msg["lease_expired"] = True
+        return msg
+
     # -- main loop
     def run(self):
         if self.hub and self.conf.get("port"):
@@ -1411,15 +1424,7 @@ class Watcher(Hub):
                 # network, or the connection's 2 s timeout when the hub does not answer): a stop the hub
                 # decided first - the first node's lease ran out, its torchrun took the rendezvous store
                 # along, and this node's torchrun killed its ranks for that - is the cause, not those ranks.
-                msg = {"token": self.token, "node": self.node, "state": local["state"], "failure": local["failure"]}
-                if self.no_progress:
-                    msg.update(progress=self.progress, generation=self.generation, last_failure=self.last_failure)
-                if self.hang_timeout:
-                    msg["collectives"] = self.collectives
-                if self.stop and self.stop.get("reason") == "lease" and self.stop.get("decided_by") == self.node:
-                    # The first lease to run out stops the job on every node, not only on its own: the
-                    # controller renews each node's lease in its own call, up to a poll window apart.
-                    msg["lease_expired"] = True
+                msg = self.hub_message(local)
                 try:
                     if sock is None:
                         sock = socket.create_connection((self.conf["hub_addr"], int(self.conf["port"])), timeout=2)

@@ -25,6 +25,7 @@ from ansible_collections.multinode.training.plugins.module_utils._train.ds_ops i
     accelerate_deepspeed_config,
     config_ops_problems,
 )
+from ansible_collections.multinode.training.plugins.module_utils._train.security import MISSING_HINTS
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
 
 ENV_KEYS = ("python", "torch", "deepspeed", "ops")
@@ -206,9 +207,8 @@ def file_problems(host, probe, first, first_sum, interface):
                         "node, or empty (the directory of train_script)" % (host, j(chdir["path"])))
     for entry in probe.get("env_files") or []:
         if not entry["exists"]:
-            problems.append("%s: %s=%s: missing on this node; valid: existing KEY=VALUE files (the NCCL file comes "
-                            "from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)"
-                            % (host, entry["var"], j(entry["path"])))
+            problems.append("%s: %s=%s: missing on this node; valid: %s" % (
+                host, entry["var"], j(entry["path"]), MISSING_HINTS.get(entry["var"], MISSING_HINTS["train_env_files"])))
     reach = probe.get("connect")
     if reach and not reach["ok"]:
         problems.append("%s: train_rdzv_port=%s: this node cannot connect to the rendezvous address %s (%s, "

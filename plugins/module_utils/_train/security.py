@@ -79,16 +79,15 @@ REACH_HINTS = {
                             "or a path that does not exist yet (made on every node, owned by the account)",
 }
 REACH_HINTS["train_venv"] = REACH_HINTS["train_python"]
-ENV_FILE_HINT = ("existing KEY=VALUE files (the NCCL file comes from multinode.training.nccl_tuning, tag nccl; "
-                 "train_nccl=false leaves it out)")
 MISSING_HINTS = {
     "train_python": "the venv that multinode.training.wheel_distribute installs (tag prepare)",
     "train_script": "a file of train_code_src (copied into train_code_dir), or a file that exists on every node",
     "train_chdir": "an existing directory on every node, or one that train_code_src brings into train_code_dir, "
                    "or empty (the directory of train_script)",
     "train_data_paths": "paths that exist on every node (shared storage, or copied there before the job)",
-    "train_env_files": ENV_FILE_HINT,
-    "train_nccl_env_file": ENV_FILE_HINT,
+    "train_env_files": "existing KEY=VALUE files",
+    "train_nccl": ("the NCCL env file multinode.training.nccl_tuning writes (tag nccl), or train_nccl=false "
+                   "to leave it out"),
 }
 
 
@@ -102,6 +101,19 @@ def inside(path, directory):
         return ""
     prefix = directory.rstrip("/") + "/"
     return path[len(prefix):] if path.startswith(prefix) else None
+
+
+def _copied(path, kind, code_dir, files):
+    """Whether train_code_src's copy gives path (a file, or a directory with files below it): any path
+    below code_dir when the copy's files are not known here (files None)."""
+    rel = inside(path, code_dir)
+    if rel is None:
+        return False
+    if files is None or rel == "":
+        return True
+    if kind == "dir":
+        return any(name.startswith(rel + "/") for name in files)
+    return rel in files
 
 
 def job_checks(job, manifest=None):
@@ -132,14 +144,7 @@ def job_checks(job, manifest=None):
     missing = "refuse" if job.get("refuse_missing") else "skip"
 
     def provided(path, kind):
-        rel = inside(path, code_dir) if sync else None
-        if rel is None:
-            return False
-        if files is None or rel == "":
-            return True
-        if kind == "dir":
-            return any(name.startswith(rel + "/") for name in files)
-        return rel in files
+        return sync and _copied(path, kind, code_dir, files)
 
     def check(var, path, need, kind, who="account", made=None, policy=None):
         return {"var": var, "path": path, "need": need, "kind": kind, "who": who,

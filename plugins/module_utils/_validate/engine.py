@@ -271,13 +271,9 @@ def item_name(variable, key):
 
 # ---------------------------------------------------------------- the argument spec of one option
 
-def check_option(variable, value, spec):
-    """Problems of one variable against its argument-spec entry (type, elements, choices), no coercion."""
-    return check_option_typed(variable, value, spec)[0]
-
-
 def check_option_typed(variable, value, spec):
-    """(problems, type_ok): ``type_ok`` says whether the value has the spec's type (rules may run)."""
+    """Problems of one variable against its argument-spec entry (type, elements, choices), no coercion, and
+    ``type_ok``: whether the value has the spec's type (rules may run)."""
     spec = spec or {}
     kind = spec.get("type", "str")
     default = spec.get("default")

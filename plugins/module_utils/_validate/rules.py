@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The semantic checks that argument specs cannot say, per variable, for every role of the collection.
 
-``meta/argument_specs.yml`` gives type, elements and choices (checked by ``_validate.engine.check_option``);
+``meta/argument_specs.yml`` gives type, elements and choices (checked by ``_validate.engine.check_option_typed``);
 this table adds ranges, forms, names written into files and the controller-side files (manifest,
 code to sync). A variable that is only in an argument spec is still type-checked and one-line
 checked: a new role variable needs an entry here only for a rule beyond its type.
@@ -486,7 +486,6 @@ RULES = {
     "train_fabric_ratio": [_fabric_ratio],
     "train_fabric_min_gbps": [_range(0, number=float)],
     "train_fabric_line_ratio": [_fabric_line_ratio],
-    "train_fabric_seconds": [_range(0.1, 10, number=float)],
     "train_step_pattern": [_step_pattern],
     "train_straggler_ratio": [_straggler_ratio],
     # deepspeed_build

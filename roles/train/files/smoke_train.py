@@ -268,21 +268,9 @@ def _time_is_up(rank, started, seconds, device):
     return flag.item() > 0
 
 
-def train(args, rank, world_size, device):
-    import time
-
-    import torch
-
-    ext_dir = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if not ext_dir:
-        ext_dir = tempfile.mkdtemp(prefix="smoke-torch-ext-")
-        os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
-    os.makedirs(ext_dir, exist_ok=True)
-    before = sorted(os.listdir(ext_dir))
-
-    import deepspeed
-
-    torch.manual_seed(1234)
+def _engine(args, deepspeed, torch):
+    """The DeepSpeed engine of the tiny model with the optimizer args name, and that optimizer (None when
+    DeepSpeed makes it from the config)."""
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
     config = {
         "train_micro_batch_size_per_gpu": 8,
@@ -300,7 +288,41 @@ def train(args, rank, world_size, device):
 
         optimizer = DeepSpeedCPUAdam(model.parameters(), lr=1e-2)
         config["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
-    engine = deepspeed.initialize(model=model, optimizer=optimizer, config=config)[0]
+    return deepspeed.initialize(model=model, optimizer=optimizer, config=config)[0], optimizer
+
+
+def _resume(args, engine, rank, world_size):
+    """The first step to run: 1, or the one after the last checkpoint in --checkpoint-dir."""
+    if not (args.checkpoint_dir and os.path.exists(os.path.join(args.checkpoint_dir, "latest"))):
+        return 1
+    # The model's weights and the step from the last checkpoint (a restart after a lost node may
+    # have another world size; the ZeRO optimizer shards of the old one are not reloaded).
+    path, client = engine.load_checkpoint(args.checkpoint_dir, load_module_only=True,
+                                          load_optimizer_states=False, load_lr_scheduler_states=False)
+    if not path:
+        return 1
+    first = int((client or {}).get("step", 0)) + 1
+    print("smoke: rank=%d resumed from checkpoint step=%d world_size=%d" % (rank, first - 1, world_size),
+          flush=True)
+    return first
+
+
+def train(args, rank, world_size, device):
+    import time
+
+    import torch
+
+    ext_dir = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if not ext_dir:
+        ext_dir = tempfile.mkdtemp(prefix="smoke-torch-ext-")
+        os.environ["TORCH_EXTENSIONS_DIR"] = ext_dir
+    os.makedirs(ext_dir, exist_ok=True)
+    before = sorted(os.listdir(ext_dir))
+
+    import deepspeed
+
+    torch.manual_seed(1234)
+    engine, optimizer = _engine(args, deepspeed, torch)
     # DeepSpeed prints "<op> built successfully" when it loads an op, prebuilt or not: say which were loaded,
     # and from where (the wheel's files, not TORCH_EXTENSIONS_DIR, which the end of the job checks is empty).
     ops = loaded_ops()
@@ -311,16 +333,7 @@ def train(args, rank, world_size, device):
     generator = torch.Generator().manual_seed(rank)
     inputs = torch.randn(64, 16, generator=generator)
     targets = inputs.sum(dim=1, keepdim=True)
-    first = 1
-    if args.checkpoint_dir and os.path.exists(os.path.join(args.checkpoint_dir, "latest")):
-        # The model's weights and the step from the last checkpoint (a restart after a lost node may
-        # have another world size; the ZeRO optimizer shards of the old one are not reloaded).
-        path, client = engine.load_checkpoint(args.checkpoint_dir, load_module_only=True,
-                                              load_optimizer_states=False, load_lr_scheduler_states=False)
-        if path:
-            first = int((client or {}).get("step", 0)) + 1
-            print("smoke: rank=%d resumed from checkpoint step=%d world_size=%d" % (rank, first - 1, world_size),
-                  flush=True)
+    first = _resume(args, engine, rank, world_size)
     started = time.monotonic()
     for step in range(first, args.steps + 1):
         if args.max_seconds and step > first and _time_is_up(rank, started, args.max_seconds, device):

@@ -17,7 +17,6 @@ MIRRORS = {
     "train_straggler_ratio": straggler.RATIO,
     "train_fabric_ratio": verdict.RATIO,
     "train_fabric_line_ratio": verdict.LINE_RATIO,
-    "train_fabric_seconds": schedule.SECONDS,
     "train_stop_grace": torchrun.STOP_GRACE,
     "train_connect_timeout": preflight.CONNECT_TIMEOUT,
     "train_venv": torchrun.VENV,
@@ -59,3 +58,15 @@ def test_documented_defaults_are_the_constants():
         for name, value in MIRRORS.items():
             if name in entry.get("options", {}) and "default" in entry["options"][name]:
                 assert entry["options"][name]["default"] == value, name
+
+
+def test_train_passes_the_nccl_env_file_that_nccl_tuning_writes():
+    # One path, two roles' internal variables: role train may not read nccl_tuning's `_` variables.
+    train = yaml.safe_load((ROOT / "roles" / "train" / "vars" / "main.yml").read_text())
+    nccl = yaml.safe_load((ROOT / "roles" / "nccl_tuning" / "vars" / "main.yml").read_text())
+    assert train["_train_nccl_env_file"] == nccl["_nccl_tuning_env_file"] == "/etc/multinode-training/nccl.env"
+
+
+def test_internal_train_values_mirror_the_constants():
+    train = yaml.safe_load((ROOT / "roles" / "train" / "vars" / "main.yml").read_text())
+    assert train["_train_fabric_seconds"] == schedule.SECONDS

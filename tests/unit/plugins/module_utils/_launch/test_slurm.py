@@ -1,6 +1,6 @@
 """Unit tests for plugins/module_utils/_launch/slurm.py, _launch/platform_env.py and roles/train/files/slurm_node.py.
 
-tests/fixtures/slurm/: sinfo_cpu.txt, scontrol_*.txt and squeue.txt were recorded on the
+tests/fixtures/slurm/: sinfo_cpu.txt and scontrol_*.txt were recorded on the
 molecule/launch_slurm cluster (Debian bookworm slurm-wlm 22.05.8); sinfo_gpu.txt is written in the
 same format (sinfo -h -N -o '%R|%N|%T|%G|%c') for a GPU cluster with a drained and a down node.
 """
@@ -82,12 +82,6 @@ def test_parse_job_recorded_states():
     running = sl.parse_job(text("scontrol_job_running.txt"))
     assert running["state"] == "RUNNING" and running["num_nodes"] == "2"
     assert sl.parse_job("slurm_load_jobs error: Invalid job id specified") is None
-
-
-def test_parse_squeue_recorded():
-    jobs = sl.parse_squeue(text("squeue.txt"))
-    assert [(j["job_id"], j["state"]) for j in jobs] == [("4", "PENDING"), ("3", "RUNNING")]
-    assert jobs[0]["reason"] == "(Resources)" and jobs[1]["nodes"] == "launch_slurm-node[1-2]"
 
 
 @pytest.mark.parametrize("out, job", [("42\n", "42"), ("42;cluster\n", "42"), ("warning\n43\n", "43")])

@@ -308,12 +308,12 @@ def test_env_files_are_read_by_the_play_user_not_the_account(shared_dir):
         handle.write("KEY=1\n")
     os.chmod(secret, 0o600)
     files = [{"var": "train_env_files", "path": secret},
-             {"var": "train_nccl_env_file", "path": os.path.join(shared_dir, "nccl.env")}]
+             {"var": "train_nccl", "path": os.path.join(shared_dir, "nccl.env")}]
     out = acc.access(params(user="nobody", job=job(os.path.join(shared_dir, "code"), env_files=files)), no_run,
                      no_bin)
     assert out["problems"] == [
-        'train_nccl_env_file="%s/nccl.env": missing on this node; valid: existing KEY=VALUE files (the NCCL file '
-        'comes from multinode.training.nccl_tuning, tag nccl; train_nccl=false leaves it out)' % shared_dir]
+        'train_nccl="%s/nccl.env": missing on this node; valid: the NCCL env file multinode.training.nccl_tuning '
+        'writes (tag nccl), or train_nccl=false to leave it out' % shared_dir]
     assert [c["state"] for c in out["paths"] if c["who"] == "self"] == ["file", "missing"]
 
 

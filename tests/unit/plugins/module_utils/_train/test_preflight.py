@@ -34,7 +34,7 @@ def probe(tmp_path_factory):
     env.write_text("A=1\n")
     result = pre.probe_node(sys.executable, run, str(script), str(base),
                             [{"var": "train_env_files", "path": str(env)},
-                             {"var": "train_nccl_env_file", "path": str(base / "missing.env")}])
+                             {"var": "train_nccl", "path": str(base / "missing.env")}])
     return result, script
 
 
@@ -129,7 +129,7 @@ def test_compare_the_same_everywhere_is_no_problem():
 def test_compare_names_each_problem_with_node_and_variable():
     probes = {"n1": node(), "n2": node(ops=(), sha="b" * 64, packages=("torch==2.13.0+cpu", "wheel==0.45.1")),
               "n3": node(executable=False, script_exists=False, chdir={"path": "/w", "isdir": False},
-                         env_files=[{"var": "train_nccl_env_file", "path": "/etc/n.env", "exists": False}])}
+                         env_files=[{"var": "train_nccl", "path": "/etc/n.env", "exists": False}])}
     problems = pre.compare(probes, HOSTS, "n1", "/v")
     assert problems[0].startswith('n2: train_python="/v/bin/python": its environment {"deepspeed": "0.19.8", '
                                   '"ops": [], ')
@@ -140,7 +140,7 @@ def test_compare_names_each_problem_with_node_and_variable():
                                   '(train_venv="/v"); valid:')
     assert problems[3].startswith('n3: train_script="/c/train.py": missing on this node')
     assert problems[4].startswith('n3: train_chdir="/w": not a directory on this node')
-    assert problems[5].startswith('n3: train_nccl_env_file="/etc/n.env": missing on this node')
+    assert problems[5].startswith('n3: train_nccl="/etc/n.env": missing on this node')
     assert problems[6] == ("the venvs (/v) differ between the nodes: wheel: wheel==0.45.1 on n2; not installed on n1; "
                            "valid: the same package set on all nodes (wheel_distribute_requirements / "
                            "train_requirements install the job's packages on every node; run with tag prepare)")

@@ -91,7 +91,7 @@ def test_job_checks_every_path_the_job_opens_and_who_opens_it():
     checks = sec.job_checks(job(chdir="/work", configs={"train_deepspeed_config": "/ctl/ds.json",
                                                         "train_accelerate_config": ""},
                                 env_files=[{"var": "train_env_files", "path": "/etc/a.env"},
-                                           {"var": "train_nccl_env_file", "path": "/etc/nccl.env"}]),
+                                           {"var": "train_nccl", "path": "/etc/nccl.env"}]),
                             ["train.py"])
     assert [(c["var"], c["path"], c["need"], c["kind"], c["who"], c["provided"], c["missing"]) for c in checks] == [
         ("train_python", "/v/bin/python", "x", "file", "account", False, "refuse"),
@@ -100,7 +100,7 @@ def test_job_checks_every_path_the_job_opens_and_who_opens_it():
         ("train_chdir", "/work", "rx", "dir", "account", False, "refuse"),
         ("train_deepspeed_config", "/c/ds.json", "r", "file", "account", True, "refuse"),
         ("train_env_files", "/etc/a.env", "r", "file", "self", False, "refuse"),  # the launcher reads them
-        ("train_nccl_env_file", "/etc/nccl.env", "r", "file", "self", False, "refuse"),
+        ("train_nccl", "/etc/nccl.env", "r", "file", "self", False, "refuse"),
     ]
 
 

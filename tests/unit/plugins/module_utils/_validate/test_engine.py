@@ -17,6 +17,11 @@ ROOT = pathlib.Path(__file__).resolve().parents[5]
 SHAPE = re.compile(r"^([^ :]+(, [^ :]+)*: )?[A-Za-z_][A-Za-z0-9_]*(\[[^\]]+\])*=.+: .+; valid: .+$")
 
 
+def check_option(variable, value, spec):
+    """The problems alone, as the validate module reports them."""
+    return v.check_option_typed(variable, value, spec)[0]
+
+
 def lines(problems):
     return [p.line() for p in problems]
 
@@ -120,12 +125,12 @@ def test_empty_path_allowed_only_when_the_default_is_empty():
 
 def test_list_elements_are_checked_each_with_its_index():
     spec = {"type": "list", "elements": "str"}
-    assert lines(v.check_option("ops", ["a", None, {"b": 1}], spec)) == [
+    assert lines(check_option("ops", ["a", None, {"b": 1}], spec)) == [
         'ops[1]=null: null, not a string; valid: a string',
         'ops[2]={"b": 1}: a mapping, not a string; valid: a string',
     ]
     paths = {"type": "list", "elements": "path"}
-    assert [p.variable for p in v.check_option("files", ["/a", "b", ""], paths)] == ["files[1]", "files[2]"]
+    assert [p.variable for p in check_option("files", ["/a", "b", ""], paths)] == ["files[1]", "files[2]"]
 
 
 @pytest.mark.parametrize("spec, value, ok", [
@@ -137,11 +142,11 @@ def test_list_elements_are_checked_each_with_its_index():
     ({"type": "list", "elements": "str", "choices": ["a", "b"]}, ["a", "c"], False),
 ])
 def test_choices(spec, value, ok):
-    assert (v.check_option("x", value, spec) == []) is ok
+    assert (check_option("x", value, spec) == []) is ok
 
 
 def test_choices_message_lists_them():
-    (problem,) = v.check_option("train_rdzv_backend", "zk", {"type": "str", "choices": ["c10d", "etcd", "static"]})
+    (problem,) = check_option("train_rdzv_backend", "zk", {"type": "str", "choices": ["c10d", "etcd", "static"]})
     assert problem.line() == 'train_rdzv_backend="zk": not one of the choices; valid: one of c10d, etcd, static'
 
 
@@ -152,7 +157,7 @@ def test_no_newline_or_nul_anywhere(value):
 
 
 def test_one_line_names_the_item():
-    problems = v.check_option("nccl_tuning_overrides", {"NCCL_X": "a\nNCCL_Y=1"}, {"type": "dict"})
+    problems = check_option("nccl_tuning_overrides", {"NCCL_X": "a\nNCCL_Y=1"}, {"type": "dict"})
     assert lines(problems) == ['nccl_tuning_overrides["NCCL_X"]="a\\nNCCL_Y=1": holds a newline (it would end up '
                                'in a file, environment or command line on the nodes); valid: a single line '
                                'without NUL']
