@@ -32,6 +32,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     build_argv,
     parse_nnodes,
 )
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import resolve_nproc as _resolve_nproc
 
 # States after which a job is gone for good (squeue/scontrol JobState).
 FINAL_STATES = frozenset([
@@ -245,16 +246,12 @@ def check_request(partitions, partition, nnodes, gpus_per_node, default=None):
 
 
 def resolve_nproc(nproc_per_node, gpus_requested, partition_gpus, cpu_nproc):
-    """Processes per node: a number stays; ``auto`` = GPUs requested, else the partition's, else cpu_nproc."""
-    if str(nproc_per_node) != "auto":
-        try:
-            number = int(nproc_per_node)
-        except (TypeError, ValueError):
-            number = 0
-        if number < 1:
-            raise SlurmError("train_nproc_per_node=%r: valid: auto or a positive integer" % (nproc_per_node,))
-        return number
-    return int(gpus_requested or partition_gpus or cpu_nproc)
+    """Processes per node, the ssh launcher's rule (``_node/torchrun.resolve_nproc``) with the GPUs of the
+    allocation: those requested, else the partition's."""
+    try:
+        return _resolve_nproc(nproc_per_node, gpus_requested or partition_gpus, cpu_nproc)
+    except TorchrunError:
+        raise SlurmError("train_nproc_per_node=%r: valid: auto or a positive integer" % (nproc_per_node,))
 
 
 # ---------------------------------------------------------------- the batch script

@@ -159,8 +159,9 @@ def test_resolve_nproc():
     assert sl.resolve_nproc("auto", 8, 4, 2) == 8
     assert sl.resolve_nproc("auto", 0, 4, 2) == 4
     assert sl.resolve_nproc("3", 8, 4, 2) == 3
-    with pytest.raises(sl.SlurmError, match="train_nproc_per_node"):
-        sl.resolve_nproc("zero", 0, 0, 2)
+    for bad in ("zero", "0", None):
+        with pytest.raises(sl.SlurmError, match="train_nproc_per_node=%r: valid: auto or a positive integer" % bad):
+            sl.resolve_nproc(bad, 0, 0, 2)
 
 
 # ------------------------------------------------------------------ the batch script
