@@ -162,14 +162,16 @@ options:
       - Check a node against a DeepSpeed wheel manifest before anything is installed.
       - Probes the node without changing it, then compares it with the wheel manifest (see C(docs/manifest.md)) written
         by role C(deepspeed_build).
-      - 'Probes: the python tag, ABI, platform and glibc of the interpreter that will create the venv; what is at the venv
+      - 'Probes: the python tag, ABI, platform and glibc of the interpreter that will create the venv, and whether it has
+        C(ensurepip) (Debian and Ubuntu ship it in C(python3.X-venv)); what is at the venv
         path (absent, directory, file) with the torch version (and the CUDA version torch was built for) already installed
         there, read from its C(dist-info) without importing it; each GPU''s compute capability from C(nvidia-smi --query-gpu=name,compute_cap
         --format=csv,noheader) when C(nvidia-smi) is on the PATH; the CPU flags of C(/proc/cpuinfo).'
       - 'Checks: wheel tags vs interpreter; torch (and CUDA for cuda builds) vs the manifest; every GPU covered by the GPU
         code that the build read from each op''s binary (C(ops[].cuda) in the manifest; the CUDA arch list for older manifests):
         SASS of the same major and a lower or equal minor, or PTX of a lower or equal arch, accepted with a warning that
-        the driver JIT-compiles it on first use; every CPU flag the build assumed present; a usable venv path.'
+        the driver JIT-compiles it on first use; every CPU flag the build assumed present; a usable venv path; an
+        interpreter that can make the venv (C(ensurepip)), unless the environment is the node''s own.'
       - On a node without GPUs the GPU check is skipped with a warning; a wheel of another accelerator (cpu) on a node
         with GPUs is refused; so is a node whose NVIDIA driver (C(nvidia-smi --query-gpu=driver_version)) is older than
         NVIDIA's minimum for the CUDA major release of the wheel's torch (module_utils C(_wheel.driver), with its source).
@@ -425,7 +427,8 @@ problems:
   sample:
     - 'node3: wheel needs torch 2.13.0+cpu, node''s venv /opt/multinode-training/venv has torch 2.12.0 (...)'
 python:
-  description: The interpreter's version, implementation, python tag, ABI tag, platform tag, glibc, executable.
+  description: The interpreter's version, implementation, python tag, ABI tag, platform tag, glibc, executable, stdlib
+    directory and whether C(ensurepip) is there.
   returned: with O(compat)
   type: dict
   sample:
@@ -434,6 +437,8 @@ python:
     abi: cp311
     platform: linux_x86_64
     glibc: '2.36'
+    stdlib: /usr/lib/python3.11
+    ensurepip: true
 venv:
   description: What is at the venv path.
   returned: with O(compat)

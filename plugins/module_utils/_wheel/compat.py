@@ -109,6 +109,18 @@ def venv_problems(venv, node):
     return []
 
 
+def ensurepip_problems(python, venv, node):
+    """The venv the role makes needs the interpreter's ensurepip (python -m venv installs pip with it); an
+    existing environment is used as it is. A probe that did not look (ensurepip absent) is no problem."""
+    if venv.get("existing") or python.get("ensurepip") is not False:
+        return []
+    package = "python%s-venv" % ".".join(str(python.get("version") or "3").split(".")[:2])
+    return ["%s: wheel_distribute_python=%s: cannot make a venv: %s/ensurepip/__main__.py is missing, which "
+            "Debian and Ubuntu ship in package %s (python -m venv fails without it); valid: apt install %s on "
+            "the node, or wheel_distribute_venv_existing with an environment of your own" % (
+                node, json.dumps(python.get("executable")), python.get("stdlib") or "the stdlib", package, package)]
+
+
 def node_problems(manifest, facts, node):
     """Every reason this node cannot take this wheel (empty list: compatible).
 
@@ -129,6 +141,7 @@ def node_problems(manifest, facts, node):
                             tag, manifest.get("wheel")))
     else:
         problems.extend(wheel_tag_problems(manifest["wheel"], python, node))
+        problems.extend(ensurepip_problems(python, venv, node))
     problems.extend(torch_problems(manifest, venv, node))
     problems.extend(gpu_problems(manifest, facts.get("gpus") or [], node))
     problems.extend(smi_problems(facts.get("nvidia_smi_error"), node))

@@ -42,7 +42,10 @@ def parse_torch_cuda(version_py_text):
     return match.group(2) or None
 
 
-# Runs under the interpreter that will create the venv: what wheels it accepts.
+# Runs under the interpreter that will create the venv: what wheels it accepts, and whether it can make a
+# venv with pip. ensurepip: the test venv itself makes when ``ensurepip --upgrade`` fails (stdlib's
+# venv/__init__.py, _setup_pip): Debian and Ubuntu ship ensurepip/__main__.py in python3.X-venv, which
+# stock server images lack.
 INTERPRETER_SCRIPT = r'''
 import json, os, platform, sys, sysconfig
 impl = {"cpython": "cp", "pypy": "pp"}.get(sys.implementation.name, sys.implementation.name)
@@ -57,9 +60,11 @@ try:
     glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
 except (AttributeError, ValueError, OSError, IndexError):
     glibc = None
+stdlib = sysconfig.get_path("stdlib")
 print(json.dumps({"version": platform.python_version(), "implementation": impl, "tag": tag, "abi": abi,
                   "platform": sysconfig.get_platform().replace("-", "_").replace(".", "_"),
-                  "glibc": glibc, "executable": sys.executable}))
+                  "glibc": glibc, "executable": sys.executable, "stdlib": stdlib,
+                  "ensurepip": os.path.exists(os.path.join(stdlib, "ensurepip", "__main__.py"))}))
 '''
 
 

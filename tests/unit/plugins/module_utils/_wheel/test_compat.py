@@ -430,12 +430,33 @@ def test_probe_script_compiles_and_spec_lists_builders():
         {"name": "cpu_adam", "builder": "CPUAdamBuilder"}, {"name": "deepspeed_shm_comm", "builder": "ShareMemCommBuilder"}]}
 
 
+# Recorded on Debian 12 (python3 3.11.2-1+b1) as a node without python3.11-venv looks: the package's
+# /usr/lib/python3.11/ensurepip hidden by an empty directory bind-mounted over it (unshare -m), then
+# INTERPRETER_SCRIPT under /usr/bin/python3 and `python3 -m venv` (its refusal: venv-debian12-without-venv.txt).
+def test_a_python_without_its_venv_package_is_refused_naming_the_package():
+    python = json.loads(fixture("interpreter-debian12-without-venv.json"))
+    assert "apt install python3.11-venv" in fixture("venv-debian12-without-venv.txt")
+    facts = node_facts(python=python)
+    assert compat.node_problems(manifest(), facts, "n") == [
+        'n: wheel_distribute_python="/usr/bin/python3": cannot make a venv: /usr/lib/python3.11/ensurepip/__main__.py '
+        'is missing, which Debian and Ubuntu ship in package python3.11-venv (python -m venv fails without it); '
+        'valid: apt install python3.11-venv on the node, or wheel_distribute_venv_existing with an environment of '
+        'your own']
+    # the same interpreter with the package, and an environment of the user's own, which needs no venv
+    assert compat.node_problems(manifest(), node_facts(python=dict(python, ensurepip=True)), "n") == []
+    existing = {"path": "/opt/conda", "state": "directory", "existing": True, "python_version": "3.11.2"}
+    assert not [p for p in compat.node_problems(manifest(), node_facts(python=python, venv=existing), "n")
+                if "ensurepip" in p]
+
+
 def test_interpreter_script_runs_here():
     import subprocess
     import sys
+    import sysconfig
     out = json.loads(subprocess.check_output([sys.executable, "-c", node_probe.INTERPRETER_SCRIPT]))
     assert out["tag"] == "cp%d%d" % sys.version_info[:2]
     assert out["platform"].startswith("linux_")
+    assert out["ensurepip"] is True and out["stdlib"] == sysconfig.get_path("stdlib")
     assert tags.wheel_tag_problems("x-1-%s-%s-%s.whl" % (out["tag"], out["abi"], out["platform"]), out, "h") == []
 
 
