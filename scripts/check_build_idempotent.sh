@@ -3,8 +3,8 @@
 # the same command again, which must change nothing and compile nothing. Leaves
 # dist/deepspeed-*.whl and its manifest for the scenarios that distribute it. The
 # machine's default compilers and their update-alternatives entry, read before and
-# after both runs, must be as they were (the embedded default sets
-# toolchain_set_default: false).
+# after both runs, must be as they were (toolchain_set_default is false by
+# default).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Ansible's default output: the checks below read its task banners (ansible.cfg's

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import resource
 import signal
 import time
 
@@ -116,9 +117,28 @@ def job_alive(pid, job_id, job_dir, started=None, proc="/proc", now=None):
     return pid in find_job_processes(job_id, proc=proc, job_dir=job_dir)
 
 
+def lift_memlock():
+    """No limit on locked memory for what this process starts: NCCL over InfiniBand or RoCE registers
+    the job's buffers as locked memory, far beyond the usual 8 MiB. Root (the module under become)
+    lifts both limits, anyone else the soft one to the hard one. The job thus never depends on a
+    limits.d file, which PAM applies only to sessions opened after it was written, and only to the
+    account it names. Returns the (soft, hard) limits now in force."""
+    unlimited = resource.RLIM_INFINITY
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (unlimited, unlimited))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_MEMLOCK)
+
+
 def spawn(argv, env, out_fd, account, umask=0o027):
     """Start argv detached: new session, stdin /dev/null, stdout+stderr to out_fd, as ``account``
-    (uid, gid, supplementary groups) when given, umask 027; returns its pid. Nobody waits for it."""
+    (uid, gid, supplementary groups) when given, umask 027, locked memory unlimited as far as this
+    process may (``lift_memlock``); returns its pid. Nobody waits for it."""
     err_r, err_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child: only async-signal-safe work until exec
@@ -132,6 +152,7 @@ def spawn(argv, env, out_fd, account, umask=0o027):
             os.set_inheritable(err_w, False)
             os.closerange(3, err_w)
             os.closerange(err_w + 1, 65536)
+            lift_memlock()
             if account:
                 os.setgroups(account["groups"])
                 os.setgid(account["gid"])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -686,3 +687,60 @@ def test_collect_reads_no_error_file_outside_the_job_directory(tmp_path):
     assert inside(job_dir, os.path.join(job_dir, "..", "x.json")) is None
     assert inside(job_dir, job_dir + "-other/e.json") is None
     assert inside(job_dir, None) is None
+
+
+def limits_of(pid):
+    """'Max locked memory' of a process as /proc shows it: (soft, hard) as strings."""
+    with open("/proc/%d/limits" % pid) as handle:
+        line = next(text for text in handle if text.startswith("Max locked memory"))
+    return tuple(line.split()[3:5])
+
+
+def may_raise_limits():
+    """CAP_SYS_RESOURCE (bit 24) in this process's effective set: root on a host has it, root in a
+    default Docker container (a molecule node, this test host) has not."""
+    with open("/proc/self/status") as handle:
+        caps = next(int(text.split()[1], 16) for text in handle if text.startswith("CapEff:"))
+    return bool(caps & (1 << 24))
+
+
+def run_python(script, *args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-c", script] + list(args), env=env, check=True, capture_output=True,
+                          text=True).stdout.split()
+
+
+def test_spawned_job_gets_the_most_locked_memory_the_launcher_may_give(tmp_path):
+    # The module with the soft limit a fresh ssh session gets without a limits.d entry (64 KiB here):
+    # the job it starts, as another account, has no limit where the launcher may lift it (root on a
+    # host), else its hard limit as the soft one too - what NCCL over InfiniBand needs.
+    script = (
+        "import os, resource, sys\n"
+        "from ansible_collections.multinode.training.plugins.module_utils._torchrun import proc\n"
+        "hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, hard))\n"
+        "out = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT, 0o644)\n"
+        "pid = proc.spawn(['/bin/sleep', '30'], {}, out, {'uid': 65534, 'gid': 65534, 'groups': []})\n"
+        "print(pid, resource.getrlimit(resource.RLIMIT_MEMLOCK)[0], hard)\n")
+    pid, own, hard = run_python(script, str(tmp_path / "out"))
+    try:
+        assert int(own) == 64 << 10
+        if may_raise_limits() or int(hard) == resource.RLIM_INFINITY:
+            assert limits_of(int(pid)) == ("unlimited", "unlimited")
+        else:
+            assert limits_of(int(pid)) == (hard, hard)
+    finally:
+        os.kill(int(pid), 9)
+
+
+def test_without_privilege_the_soft_limit_rises_to_the_hard_one():
+    script = (
+        "import os, resource\n"
+        "from ansible_collections.multinode.training.plugins.module_utils._torchrun import proc\n"
+        "hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_MEMLOCK, (64 << 10, hard))\n"
+        "os.setgid(65534)\n"
+        "os.setuid(65534)\n"
+        "print(hard, *proc.lift_memlock())\n")
+    hard, soft_now, hard_now = run_python(script)
+    assert soft_now == hard_now == hard
