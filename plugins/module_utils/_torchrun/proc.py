@@ -119,10 +119,11 @@ def job_alive(pid, job_id, job_dir, started=None, proc="/proc", now=None):
 
 def lift_memlock():
     """No limit on locked memory for what this process starts: NCCL over InfiniBand or RoCE registers
-    the job's buffers as locked memory, far beyond the usual 8 MiB. Root (the module under become)
-    lifts both limits, anyone else the soft one to the hard one. The job thus never depends on a
-    limits.d file, which PAM applies only to sessions opened after it was written, and only to the
-    account it names. Returns the (soft, hard) limits now in force."""
+    the job's buffers as locked memory, far beyond the usual 8 MiB. Root with CAP_SYS_RESOURCE (the
+    module under become on a host; not in a default container) lifts both limits, anyone else the soft
+    one to the hard one. The job thus never depends on a limits.d file, which PAM applies only to
+    sessions opened after it was written, and only to the account it names. Returns the (soft, hard)
+    limits now in force."""
     unlimited = resource.RLIM_INFINITY
     try:
         resource.setrlimit(resource.RLIMIT_MEMLOCK, (unlimited, unlimited))

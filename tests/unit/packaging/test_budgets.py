@@ -161,4 +161,4 @@ def test_code_read_only_by_a_test_is_named(tmp_path):
     # by_test_helper is read by by_test, itself read only by the test: a chain the test keeps alive is
     # named at its head, and goes with it.
     assert read_only_by_tests(tmp_path) == ["plugins/module_utils/_x/lib.py by_test",
-                                        "plugins/module_utils/_x/lib.py Unread"]
+                                            "plugins/module_utils/_x/lib.py Unread"]
