@@ -20,7 +20,9 @@ ROLE_VARIABLES = 100
 FUNCTION_LINES = 60
 # What ansible-core finds by name, not by a reference in the code.
 PLUGIN_CLASSES = {"ActionModule", "CallbackModule", "FilterModule", "InventoryModule", "ModuleDocFragment"}
-SKIPPED_PARTS = {".git", ".collections", ".venv", "tests", "__pycache__", "runs", "dist"}
+# Build output and copies of the tree (`make sanity` copies the collection into .cache/sanity): a stale copy
+# that still calls a function would hide that nothing else does.
+SKIPPED_PARTS = {".git", ".collections", ".venv", ".cache", ".pytest_cache", "tests", "__pycache__", "runs", "dist"}
 # Files that run or configure something; prose (docs, changelogs) naming a function is not a use of it.
 READERS = {".py", ".yml", ".yaml", ".j2", ".sh", ".cfg", ".ini", ".toml", ""}
 
@@ -158,6 +160,9 @@ def test_code_read_only_by_a_test_is_named(tmp_path):
         "    def filters(self):\n        return {'f': by_module}\n")
     (tmp_path / "roles" / "r" / "tasks" / "main.yml").write_text("- debug: {msg: \"{{ 'x' | by_task }}\"}\n")
     (tmp_path / "tests" / "unit" / "test_lib.py").write_text("from x.lib import by_test, Unread\n")
+    stale = tmp_path / ".cache" / "sanity" / "plugins" / "filter"
+    stale.mkdir(parents=True)
+    (stale / "old.py").write_text("from x.lib import by_test\n\nby_test()\n")
     # by_test_helper is read by by_test, itself read only by the test: a chain the test keeps alive is
     # named at its head, and goes with it.
     assert read_only_by_tests(tmp_path) == ["plugins/module_utils/_x/lib.py by_test",
