@@ -105,14 +105,16 @@ def probe_plan(module, source, result):
     torch_known = bool(result["torch"]) or p["accelerator"] != "auto"
     if source["ready"] and torch_known:
         plan_params["source_dir"] = source["tree"]
-    full = (source["ready"] and bool(result["torch"]) and bool(module.get_bin_path(plan_params["cc"]))
-            and bool(module.get_bin_path(plan_params["cxx"])))
+    no_compiler = [c for c in (plan_params["cc"], plan_params["cxx"]) if not module.get_bin_path(c)]
+    full = source["ready"] and bool(result["torch"]) and not no_compiler
     plan_params["phase"] = "full" if full else "inputs"
     result["plan"] = _build_plan.plan(module, plan_params)
     if not full:
         result["reason"] = ("source: %s" % source["reason"] if not source["ready"]
                             else "torch: %s" % result["torch_reason"] if not result["torch"]
-                            else "no C compiler yet")
+                            else "no %s on PATH (deepspeed_build_gcc=%s); install it (the toolchain role, as "
+                            "build_deepspeed.yml does) or set deepspeed_build_gcc to the major of an installed "
+                            "gcc-N" % (" or ".join(no_compiler), p["gcc"] or "''"))
     return full
 
 

@@ -43,13 +43,17 @@ class Bins(StandInModule):
         return self.bins.get(name)
 
 
-@pytest.mark.parametrize("gcc, bins, cc, cxx, full", [
-    ("", {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++"}, "gcc", "g++", True),
-    ("11", {"gcc-11": "/usr/bin/gcc-11", "g++-11": "/usr/bin/g++-11"}, "gcc-11", "g++-11", True),
+@pytest.mark.parametrize("gcc, bins, cc, cxx, missing", [
+    ("", {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++"}, "gcc", "g++", None),
+    ("11", {"gcc-11": "/usr/bin/gcc-11", "g++-11": "/usr/bin/g++-11"}, "gcc-11", "g++-11", None),
     # gcc-11 named, only the default gcc there: no compiler yet, not a plan for the default
-    ("11", {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++"}, "gcc-11", "g++-11", False),
+    ("11", {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++"}, "gcc-11", "g++-11", "gcc-11 or g++-11"),
+    # the toolchain installed gcc-12 without making it the default, the role run on its own: named
+    ("", {"gcc-12": "/usr/bin/gcc-12", "g++-12": "/usr/bin/g++-12"}, "gcc", "g++", "gcc or g++"),
+    ("", {"gcc": "/usr/bin/gcc"}, "gcc", "g++", "g++"),
 ])
-def test_the_plan_is_for_the_compilers_deepspeed_build_gcc_names(monkeypatch, tmp_path, gcc, bins, cc, cxx, full):
+def test_the_plan_is_for_the_compilers_deepspeed_build_gcc_names(monkeypatch, tmp_path, gcc, bins, cc, cxx, missing):
+    full = missing is None
     planned = []
     monkeypatch.setattr(probe._build_plan, "plan", lambda module, p: planned.append(p) or {"cc": p["cc"]})
     module = Bins(bins, gcc=gcc, version="0.19.8", workdir=str(tmp_path), torch_requirement="torch")
@@ -57,4 +61,6 @@ def test_the_plan_is_for_the_compilers_deepspeed_build_gcc_names(monkeypatch, tm
     assert probe.probe_plan(module, {"ready": True, "tree": str(tmp_path), "version": "0.19.8"}, result) is full
     assert (planned[0]["cc"], planned[0]["cxx"]) == (cc, cxx)
     assert planned[0]["phase"] == ("full" if full else "inputs")
-    assert result.get("reason") == (None if full else "no C compiler yet")
+    assert result.get("reason") == (None if full else (
+        "no %s on PATH (deepspeed_build_gcc=%s); install it (the toolchain role, as build_deepspeed.yml does) or set "
+        "deepspeed_build_gcc to the major of an installed gcc-N" % (missing, gcc or "''")))
