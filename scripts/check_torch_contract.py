@@ -14,6 +14,9 @@ Checks, one line each, exit 1 on the first set that fails:
              NCCL recorder (CUDA builds) answers the sampler's call with a status per process group
   analyser   the NCCL dumps the fakes build parse with torch's own analyser (torch.distributed.flight_recorder,
              build_db as torch's debug handlers call it; torch >= 2.10), a hang's too
+  errorfile  the rank wrapper (_node/rankwrap.py) and torchrun's error files: a script under torch's own @record
+             that raises hands the agent's ProcessFailure its message; a rank SIGTERMed as it wrote its file
+             leaves the agent nothing to choke on, where the same cut-off file makes this torch's agent raise
 """
 from __future__ import annotations
 
@@ -60,6 +63,74 @@ def sampler_keywords(path):
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "_dumps":
             found.update(k.arg for k in node.keywords if k.arg)
     return found
+
+
+RECORDED = """
+from torch.distributed.elastic.multiprocessing.errors import record
+
+
+@record
+def main():
+    raise ValueError("bad batch 7")
+
+
+main()
+"""
+
+CUT_OFF = """
+import os, signal
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as fp:
+    fp.write('{"message": {"message": "RuntimeError: Connection closed by peer", "extraI')
+    fp.flush()
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def error_files():
+    """The errorfile check -> (problems, what was seen)."""
+    import subprocess
+    import tempfile
+
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    wrapper = os.path.join(ROOT, "plugins", "module_utils", "_node", "rankwrap.py")
+    problems, seen = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, body in (("recorded", RECORDED), ("cut_off", CUT_OFF)):
+            agent_file = os.path.join(tmp, case, "attempt_0", "0", "error.json")
+            os.makedirs(os.path.dirname(agent_file))
+            script = os.path.join(tmp, case, "job.py")
+            with open(script, "w") as handle:
+                handle.write(body)
+            env = dict(os.environ, MULTINODE_TRAINING_JOB_DIR=os.path.join(tmp, case), RANK="0", LOCAL_RANK="0",
+                       TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_ERROR_FILE=agent_file)
+            proc = subprocess.run([sys.executable, wrapper, script], env=env, capture_output=True, text=True,
+                                  check=False)
+            try:
+                failure = ProcessFailure(local_rank=0, pid=1, exitcode=proc.returncode, error_file=agent_file)
+                message = failure.message
+                message = message.get("message") if isinstance(message, dict) else message
+                seen[case] = "rc %s, the agent reads %r" % (proc.returncode, message)
+            except Exception as exc:  # noqa: B902 - what torch's agent would have died of
+                problems.append("%s: torch's ProcessFailure raised %s on the agent's error file" % (
+                    case, type(exc).__name__))
+                continue
+            if case == "recorded" and "ValueError: bad batch 7" not in str(failure.message):
+                problems.append("recorded: the agent read %r, not the rank's ValueError" % (failure.message,))
+        # the oracle: the same cut-off file where the agent looks makes this torch's agent raise
+        cut = os.path.join(tmp, "cut.json")
+        with open(cut, "w") as handle:
+            handle.write('{"message": {"message": "RuntimeError: Connection closed by peer", "extraI')
+        quiet = logging.getLogger("torch.distributed.elastic.multiprocessing.errors")
+        kept, quiet.disabled = quiet.disabled, True  # its traceback of the expected failure
+        try:
+            ProcessFailure(local_rank=0, pid=1, exitcode=-15, error_file=cut)
+            seen["oracle"] = "this torch reads a cut-off error file without raising"
+        except ValueError:
+            seen["oracle"] = "a cut-off file at the agent's path makes it raise"
+        finally:
+            quiet.disabled = kept
+    return problems, "; ".join("%s: %s" % item for item in sorted(seen.items()))
 
 
 def main():
@@ -202,6 +273,7 @@ def main():
             problems.append("build_db found %s collectives in 3 all_reduces on 2 ranks" % counts.get("even"))
         check("analyser", problems, "torch's build_db parses the fakes' NCCL dumps (collectives: %s; the hang's rank 1 "
               "named missing)" % counts)
+    check("errorfile", *error_files())
     if failed:
         print("torch contract: %d problem(s)" % len(failed))
         return 1

@@ -15,6 +15,13 @@ module``) and its arguments. In the rank's own process it:
   ``python script.py`` would set them); an exception still prints its traceback and exits 1.
 
 A rank killed by a signal (OOM killer, SIGKILL) writes no ``.exit``; the watcher sees its pid gone.
+
+It also makes the rank's torchrun error file whole or absent, never cut off (``_error_file``): torch's
+``@record`` writes it with ``open("w")`` then ``json.dump``, and torchrun's agent, the moment one of
+its ranks fails, SIGTERMs the others and reads every failed rank's file (torch 2.13
+``SubprocessContext._poll``, then ``ProcessFailure.__post_init__``), raising on one it cannot parse:
+a sibling SIGTERMed while it wrote its own error (all ranks of a node see a lost peer at once)
+left it empty, and that ``JSONDecodeError`` ended torchrun itself, not a restartable attempt.
 """
 from __future__ import annotations
 
@@ -40,6 +47,40 @@ def _record(kind, data):
         with open(tmp, "w") as handle:
             json.dump(data, handle)
         os.rename(tmp, path)
+    except OSError:
+        pass
+
+
+def _error_file(environ=None):
+    """Point torch's ``@record`` (``TORCHELASTIC_ERROR_FILE``, read when it records) at a private file
+    beside the agent's -> (the agent's path, the private one), or None where torchrun set none."""
+    environ = os.environ if environ is None else environ
+    real = environ.get("TORCHELASTIC_ERROR_FILE")
+    if not real:
+        return None
+    private = "%s.%d.part" % (real, os.getpid())
+    environ["TORCHELASTIC_ERROR_FILE"] = private
+    return real, private
+
+
+def _publish_error_file(files):
+    """The private error file onto the agent's path, in one rename, if it holds whole JSON; a file
+    cut off (the rank was killed as it wrote) is dropped: torchrun then reports the failure without
+    the rank's message (its ``.exit`` record still has it) instead of ending."""
+    if not files:
+        return
+    real, private = files
+    try:
+        with open(private) as handle:
+            json.load(handle)
+    except (OSError, ValueError):
+        try:
+            os.unlink(private)
+        except OSError:
+            pass
+        return
+    try:
+        os.replace(private, real)
     except OSError:
         pass
 
@@ -77,6 +118,7 @@ def main(argv=None):
                       "restart": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))})
     code, message = 0, None
     sampler = _sampling()
+    error_files = _error_file()
     try:
         if argv[:1] == ["-m"]:
             sys.argv = [argv[1]] + argv[2:]
@@ -87,17 +129,20 @@ def main(argv=None):
             sys.path[0] = os.path.dirname(os.path.abspath(script))
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
+        _publish_error_file(error_files)  # first: torchrun may SIGTERM this rank any moment now
         code = _code(exc.code)
         if code and not isinstance(exc.code, int) and exc.code is not None:
             message = str(exc.code)
         _finish(code, message)
         raise
     except BaseException as exc:  # noqa: B902 - recorded, then re-raised unchanged
+        _publish_error_file(error_files)
         lines = traceback.format_exception_only(type(exc), exc)
         message = lines[-1].strip() if lines else type(exc).__name__
         _finish(1, message)
         raise
     finally:
+        _publish_error_file(error_files)
         if sampler is not None:
             sampler.stop()
     _finish(0, None)

@@ -59,3 +59,59 @@ def test_python_environment_and_imported_versions_recorded(tmp_path):
     assert start["python"] == sys.version.split()[0] and start["prefix"] == os.path.realpath(sys.prefix)
     _proc, record = _run(tmp_path, "print('no import')\n")
     assert record["versions"] == {}
+
+
+# torch's @record writes TORCHELASTIC_ERROR_FILE with open("w") then json.dump; torchrun's agent reads a failed
+# rank's file the moment it has SIGTERMed that rank's siblings, and ends (not a restartable attempt) on one it
+# cannot parse. A rank killed as it wrote: the agent's path must hold nothing rather than a cut-off file.
+CUT_OFF = """
+import os, signal
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as fp:
+    fp.write('{"message": {"message": "RuntimeError: Connection closed by peer", "extraI')
+    fp.flush()
+    os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+WHOLE = """
+import json, os
+with open(os.environ["TORCHELASTIC_ERROR_FILE"], "w") as fp:
+    json.dump({"message": {"message": "ValueError: bad batch", "extraInfo": {"timestamp": "1"}}}, fp)
+raise ValueError("bad batch")
+"""
+
+
+def _run_with_error_file(tmp_path, body):
+    agent_file = tmp_path / "attempt_0" / "1" / "error.json"
+    agent_file.parent.mkdir(parents=True)
+    script = tmp_path / "job.py"
+    script.write_text(body)
+    env = dict(os.environ, MULTINODE_TRAINING_JOB_DIR=str(tmp_path), RANK="3", LOCAL_RANK="1",
+               TORCHELASTIC_RESTART_COUNT="0", TORCHELASTIC_ERROR_FILE=str(agent_file))
+    proc = subprocess.run([sys.executable, WRAPPER, str(script)], env=env, capture_output=True, text=True,
+                          check=False)
+    return proc, agent_file
+
+
+def test_a_rank_killed_while_writing_its_error_file_leaves_the_agent_none(tmp_path):
+    proc, agent_file = _run_with_error_file(tmp_path, CUT_OFF)
+    assert proc.returncode == -15
+    assert not agent_file.exists()
+    # the private file was the one cut off (and is left, beside it, for whoever looks)
+    parts = list(agent_file.parent.glob("error.json.*.part"))
+    assert len(parts) == 1 and parts[0].read_text().endswith('"extraI')
+
+
+def test_a_rank_error_file_written_whole_reaches_the_agent(tmp_path):
+    proc, agent_file = _run_with_error_file(tmp_path, WHOLE)
+    assert proc.returncode == 1
+    assert json.loads(agent_file.read_text())["message"]["message"] == "ValueError: bad batch"
+    assert not list(agent_file.parent.glob("*.part"))
+
+
+def test_the_error_file_is_private_only_where_torchrun_set_one():
+    environ = {}
+    assert rankwrap._error_file(environ) is None and environ == {}
+    environ = {"TORCHELASTIC_ERROR_FILE": "/j/attempt_0/0/error.json"}
+    real, private = rankwrap._error_file(environ)
+    assert real == "/j/attempt_0/0/error.json" and environ["TORCHELASTIC_ERROR_FILE"] == private
+    assert private.startswith(real + ".") and private.endswith(".part")
