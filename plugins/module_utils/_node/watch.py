@@ -172,6 +172,30 @@ def lost_nodes(nodes, last_seen, states, now, lost_after, started, startup_grace
     return lost
 
 
+def ranks_to_restart(ranks, seen_ago, now, interval):
+    """An elastic job's lost node: the pids of this node's running ranks that may wait on it -> list.
+
+    ``seen_ago``: seconds between the lost node's last heartbeat and ``now`` (the hub's reply, so that
+    the two nodes' clocks need not agree). A rank started by then, or within one heartbeat ``interval``
+    after it (the node may have lived that long), may be in a worker group with the lost node and
+    block on it: it is restarted. A rank started later is of a group torchrun formed without it (its
+    agent already restarted after the loss: a failed peer connection, a membership change); killing it
+    would cost the job another of its max_restarts for nothing. A rank of unknown start is restarted."""
+    cutoff = now - float(seen_ago) + interval
+    return [r["pid"] for r in ranks if r.get("state") == "running" and r.get("pid")
+            and (r.get("started") is None or float(r["started"]) <= cutoff)]
+
+
+def restart_reply(request, now=None):
+    """A restart request the hub keeps ({node, seen}: the lost node and its last heartbeat, hub clock)
+    -> what it answers ({node, seen_ago}), or None."""
+    if not request:
+        return None
+    now = time.time() if now is None else now
+    seen = request.get("seen")
+    return {"node": request["node"], "seen_ago": round(now - seen, 3) if seen is not None else 0}
+
+
 def lease_expired(lease, lease_mtime, now):
     """The controller's lease ran out: ``lease`` > 0 and the lease file is older than that."""
     return bool(lease and lease > 0 and lease_mtime is not None and now - lease_mtime > lease)
@@ -1009,7 +1033,7 @@ class Hub(object):
                 node = msg["node"]
                 self.on_message(msg)
                 with self.lock:
-                    reply = {"stop": self.stop, "restart": self.restart_requested.pop(node, None)}
+                    reply = {"stop": self.stop, "restart": restart_reply(self.restart_requested.pop(node, None))}
                 conn.sendall((json.dumps(reply) + "\n").encode("utf-8"))
         except (OSError, ValueError):
             return
@@ -1094,7 +1118,7 @@ class Hub(object):
                         # torchrun re-rendezvouses with the nodes that are left.
                         for other in self.nodes:
                             if other not in self.lost:
-                                self.restart_requested[other] = node
+                                self.restart_requested[other] = {"node": node, "seen": self.last_seen.get(node)}
             # judged until a stop is decided (then kept: hang.json holds the moment of the decision)
             stalled = None
             if not self.stop:
@@ -1113,10 +1137,9 @@ class Hub(object):
             self.apply_stop(stop)
         elif self.stop and not self.stopped_local:
             self.apply_stop(self.stop)
-        restart = self.restart_requested.pop(self.node, None)
+        restart = restart_reply(self.restart_requested.pop(self.node, None))
         if restart:
-            self.log("restarting the ranks on this node without %s" % restart)
-            self.kill_local(workers_only=True)
+            self.restart_without(restart)
 
 
 # ==================================================================================================
@@ -1304,14 +1327,29 @@ class Watcher(Hub):
                 return last_exception_line(read_bytes(os.path.join(root, "stderr.log")).decode("utf-8", "replace"))
         return None
 
-    def kill_local(self, workers_only=False):
+    def restart_without(self, restart):
+        """The hub's request (elastic, a node lost): SIGKILL the ranks here that may wait on that node;
+        torchrun restarts them without it."""
+        ranks = read_ranks(self.job_dir)
+        pids = ranks_to_restart(ranks, restart.get("seen_ago") or 0, time.time(), self.interval)
+        if pids:
+            self.log("restarting the ranks on this node without %s" % restart.get("node"))
+            self.kill_local(workers_only=pids)
+        elif any(r["state"] == "running" for r in ranks):
+            self.log("not restarting the ranks on this node for %s: torchrun started them after it was last "
+                     "heard from" % restart.get("node"))
+        else:
+            self.log("not restarting the ranks on this node for %s: none running (torchrun is restarting them)"
+                     % restart.get("node"))
+
+    def kill_local(self, workers_only=None):
         """SIGTERM the job's processes on this node, SIGKILL what is left after the grace. The
-        supervisor (the session leader) is spared: it records the result. ``workers_only``: the
-        ranks only (elastic: torchrun restarts them without the lost node)."""
+        supervisor (the session leader) is spared: it records the result. ``workers_only``: these
+        ranks' pids only, SIGKILLed (elastic: torchrun restarts them without the lost node)."""
         sup = self.supervisor_pid()
         exclude = {os.getpid()} | ({sup} if sup else set())
         if workers_only:
-            targets = [r["pid"] for r in read_ranks(self.job_dir) if r["state"] == "running" and r.get("pid")]
+            targets = list(workers_only)
         else:
             targets = job_pids(self.job_id, self.job_dir, exclude)
             if sup:
@@ -1415,6 +1453,12 @@ class Watcher(Hub):
                 if local["state"] in TERMINAL:
                     done_at = done_at or time.time()
                     if others_done or time.time() - done_at > self.lost_after + 5:
+                        with self.lock:
+                            waiting = [n for n in self.nodes if n != self.node and n not in self.lost
+                                       and self.states.get(n) not in TERMINAL]
+                        self.log("hub done %.1fs after its own end: %s" % (
+                            time.time() - done_at, "every node ended" if not waiting else
+                            "no end heard from %s" % ", ".join(waiting)))
                         self.save(local, final=True)
                         return 0
             else:
@@ -1439,8 +1483,7 @@ class Watcher(Hub):
                         self.apply_stop(dict(reply["stop"], decided_by="hub"))
                     self.stop_for_own_failure(local)
                     if reply.get("restart"):
-                        self.log("restarting the ranks on this node without %s" % reply["restart"])
-                        self.kill_local(workers_only=True)
+                        self.restart_without(reply["restart"])
                 except (OSError, ValueError):
                     self.stop_for_own_failure(local)
                     if sock is not None:

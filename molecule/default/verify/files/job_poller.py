@@ -25,6 +25,9 @@ process and shows none, once one was seen. Then it prints one JSON line:
 
     first_seen, last_seen   scan times (the node's clock: the host's) of the first and the last
                             look that showed a counted process; last_what: node, pid, user, kinds, argv
+    last_seen_kind          kind (rank, agent, supervisor, watcher, keeper, marked; "work": any
+                            process that is none of supervisor, watcher, keeper) -> the last look
+                            that showed a counted process of that kind
     first_clear             the time by which every node had been seen clear after last_seen
     looks, gap_max          looks received and the longest gap between two looks of a node (the
                             resolution of last_seen)
@@ -73,7 +76,8 @@ class Poller:
         # per node: time of its latest look, whether it showed counted processes; down
         self.latest = {}
         self.summary = {"first_seen": None, "last_seen": None, "last_what": None, "first_clear": None, "looks": 0,
-                        "gap_max": 0.0, "seen": {}, "down": [], "errors": [], "started": time.time()}
+                        "gap_max": 0.0, "seen": {}, "down": [], "errors": [], "started": time.time(),
+                        "last_seen_kind": {}}
 
     def error(self, text):
         self.summary["errors"] = (self.summary["errors"] + [text])[-5:]
@@ -137,6 +141,13 @@ class Poller:
             seen_here.extend(p["pid"] for p in own if p["pid"] not in seen_here)
             # the latest scan (root's, or the account's after it) that saw one of them
             seen = max(times[u] for p in own for u in p["seen_by"])
+            for proc in own:
+                # "work": the ranks, torchrun and what they started, not the job's own
+                # supervisor, watcher or firewall keeper (which may carry its markers)
+                work = [] if set(proc["kinds"]) & {"supervisor", "watcher", "keeper"} else ["work"]
+                for kind in (set(proc["kinds"]) & OWN) | set(work):
+                    at = max(times[u] for u in proc["seen_by"])
+                    self.summary["last_seen_kind"][kind] = max(at, self.summary["last_seen_kind"].get(kind, at))
             if self.summary["first_seen"] is None or seen < self.summary["first_seen"]:
                 self.summary["first_seen"] = seen
             if self.summary["last_seen"] is None or seen >= self.summary["last_seen"]:

@@ -496,6 +496,61 @@ def test_the_first_lease_to_run_out_stops_the_job_on_every_node(tmp_path, elasti
     assert "controller lease expired" in w.describe_stop(hub.stop, lease=hub.lease)
 
 
+# ---------------------------------------------------------------- elastic: a lost node's restart
+
+def test_a_lost_node_restarts_only_the_ranks_that_may_wait_on_it():
+    """node3 last heard from 30 s ago (interval 0.5 s): a rank started before that may be in a group
+    with it; a rank started 25 s ago was started by torchrun after the loss (its peer connection
+    failed and the agent restarted it): killing it would cost another of max_restarts."""
+    now = 1000.0
+    ranks = [{"pid": 11, "state": "running", "started": now - 100},        # before the last sight
+             {"pid": 12, "state": "running", "started": now - 29.8},       # within one heartbeat of it
+             {"pid": 13, "state": "running", "started": now - 25},         # after: spared
+             {"pid": 14, "state": "running", "started": None},             # unknown: restarted
+             {"pid": 15, "state": "failed", "started": now - 100},         # not running
+             {"pid": None, "state": "running", "started": now - 100}]
+    assert w.ranks_to_restart(ranks, seen_ago=30, now=now, interval=0.5) == [11, 12, 14]
+    # the node never heard from (seen_ago 0): every running rank
+    assert w.ranks_to_restart(ranks, seen_ago=0, now=now, interval=0.5) == [11, 12, 13, 14]
+
+
+def test_the_hub_answers_a_restart_in_seconds_since_the_lost_node_was_heard():
+    assert w.restart_reply(None) is None
+    assert w.restart_reply({"node": "n3", "seen": 970.0}, now=1000.0) == {"node": "n3", "seen_ago": 30.0}
+    assert w.restart_reply({"node": "n3", "seen": None}, now=1000.0) == {"node": "n3", "seen_ago": 0}
+
+
+def test_an_elastic_hub_restarts_its_ranks_of_before_the_loss_only(tmp_path, monkeypatch):
+    """The hub's own node: node3 silent past lost_after; ranks torchrun started after node3's last
+    heartbeat are kept, a rank of before it is SIGKILLed, and the node still answered names node3."""
+    import time
+
+    job_dir = _job_dir(tmp_path, "elastic-restart", nodes=["node1", "node2", "node3"], elastic=True, lease=0,
+                       restartable=True)
+    hub = w.Watcher(str(job_dir))
+    now = time.time()
+    hub.last_seen.update(node2=now, node3=now - 30)
+    hub.states.update(node2="running", node3="running")
+    killed = []
+    hub.kill_local = lambda workers_only=None: killed.append(list(workers_only or []))
+    ranks = [{"pid": 21, "state": "running", "started": now - 10}]
+    monkeypatch.setattr(w, "read_ranks", lambda job_dir, node=None: ranks)
+    local = {"state": "running", "failure": None, "running": 1, "restarts": 1, "ranks": ranks}
+    hub.hub_tick(local)
+    assert hub.lost == ["node3"] and hub.stop is None and killed == []
+    assert hub.events[-1]["text"].endswith("node3: torchrun started them after it was last heard from")
+    assert w.restart_reply(hub.restart_requested["node2"])["node"] == "node3"
+    assert 29 < w.restart_reply(hub.restart_requested["node2"])["seen_ago"] < 31
+    ranks[0]["started"] = now - 60
+    hub.restart_requested["node1"] = {"node": "node3", "seen": now - 30}
+    hub.hub_tick(local)
+    assert killed == [[21]] and hub.events[-1]["text"] == "restarting the ranks on this node without node3"
+    ranks[0]["state"] = "failed"
+    hub.restart_requested["node1"] = {"node": "node3", "seen": now - 30}
+    hub.hub_tick(local)
+    assert killed == [[21]] and "none running (torchrun is restarting them)" in hub.events[-1]["text"]
+
+
 # ---------------------------------------------------------------- a crash loop (no_progress)
 
 def _patterns(pattern=None):
