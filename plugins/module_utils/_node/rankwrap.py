@@ -129,7 +129,9 @@ def main(argv=None):
             sys.path[0] = os.path.dirname(os.path.abspath(script))
             runpy.run_path(script, run_name="__main__")
     except SystemExit as exc:
-        _publish_error_file(error_files)  # first: torchrun may SIGTERM this rank any moment now
+        # Before the exit record: it makes the watcher stop the job, this rank included, and the
+        # agent SIGTERMs it too once a sibling failed; the finally below is for a normal end.
+        _publish_error_file(error_files)
         code = _code(exc.code)
         if code and not isinstance(exc.code, int) and exc.code is not None:
             message = str(exc.code)
