@@ -124,8 +124,10 @@ class ActionModule(ActionBase):
         parent = os.getppid()
         streamed = bool(args.get("stream_ranks"))
         if streamed:
-            # A launch streams the ranks' output from its start; an attach from its last lines.
-            args.update(stream_offsets={}, stream_tail=ATTACH_TAIL if first else 0)
+            # A launch streams the ranks' output from its start; an attach from its last lines, unless the
+            # task says (the launch's own wait: O(stream_tail) 0).
+            tail = args.get("stream_tail")
+            args.update(stream_offsets={}, stream_tail=(ATTACH_TAIL if first else 0) if tail is None else int(tail))
         try:
             next_print = time.time() + (0 if first else poll)
             answerless = False

@@ -38,7 +38,7 @@ class ActionModule(ActionBase):
 
     TRANSFERS_FILES = False
     _requires_connection = False
-    _VALID_ARGS = frozenset(("roles", "hosts", "hosts_var", "fabric_probe"))
+    _VALID_ARGS = frozenset(("roles", "hosts", "hosts_var"))
 
     def _load_yaml(self, path, template=False):
         if not os.path.exists(path):
@@ -174,9 +174,7 @@ class ActionModule(ActionBase):
                 # every name there with a role's prefix must be a declared variable.
                 problems.extend(engine.unknown_variables(raws[host], declared, prefixes))
             ctx = {"hosts": hosts if pattern_mode else list(task_vars.get("ansible_play_hosts_all") or hosts),
-                   "host": host, "notes": [], "ssh_ports": [raws[host].get("ansible_port", 22)],
-                   # the play's forks (-f, ANSIBLE_FORKS, ansible.cfg): a step holding a worker per node
-                   "forks": context.CLIARGS.get("forks"), "probe": bool(args.get("fabric_probe"))}
+                   "host": host, "notes": [], "ssh_ports": [raws[host].get("ansible_port", 22)]}
             problems.extend(engine.validate(specs, values, RULES, ctx, MAY_BE_EMPTY))
             per_host[host] = problems
             notes.extend(n for n in ctx["notes"] if n not in notes)

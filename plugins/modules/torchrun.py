@@ -263,8 +263,9 @@ options:
     default: {}
   stream_tail:
     description:
-      - Set by the action (leave it unset) - a rank log that O(stream_offsets) does not name yet starts at its last
-        this many lines (the first poll of an attach), V(0) - at its start.
+      - A rank log that O(stream_offsets) does not name yet starts at its last this many lines, V(0) - at its
+        start. With O(follow), the action's default is 10 for O(state=finished) (an attach) and V(0) for
+        O(state=started); a wait that follows its own launch sets V(0) (the ranks' output from their start).
     type: int
     default: 0
   archive:
@@ -315,9 +316,18 @@ options:
         type: int
         default: 10
       lease:
-        description: Seconds without a O(state=status) poll after which the job is stopped; V(0) - no lease.
+        description:
+          - Seconds without a poll (O(state=status), or a followed wait) of any node of the job after which the
+            job is stopped on every node; V(0) - no lease. Each node's watcher tells the hub's how old its own
+            lease is, and the hub judges the job's (the controller may follow the job through some of its nodes).
         type: int
         default: 0
+      start_grace:
+        description:
+          - Seconds, from the hub's start, after which a node never heard from is lost (the launch starts the
+            nodes a few at a time, Ansible's forks). Default the rendezvous's O(rdzv_conf) C(join_timeout),
+            else 600 (torchrun's own default, as long as it waits for the nodes to join).
+        type: int
       fail_grace:
         description: Seconds between SIGTERM and SIGKILL when the watchers stop the job.
         type: int

@@ -44,14 +44,6 @@ options:
   hosts_var:
     description: Variable that sets O(hosts), named when the pattern matches no host.
     type: str
-  fabric_probe:
-    description:
-      - The play runs the fabric probe alone (C(playbooks/fabric_check.yml)). Where a step of the
-        play holds one of Ansible's workers per node until it ends (role C(train)'s launch and its
-        wait, the fabric probe), fewer forks than hosts is refused, naming both; with this option
-        that holds whatever C(train_detach) and C(train_fabric_check) say.
-    type: bool
-    default: false
 notes:
   - Runs on the controller only and never connects to a host; use C(run_once) with O(hosts).
   - Sets the fact C(multinode_training_validated) (the roles checked) when every value is valid.

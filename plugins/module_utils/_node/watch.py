@@ -23,7 +23,8 @@ How the nodes watch each other (docs/design.md, "The watcher: failures and the l
   node stops its own ranks at once and reports it; the hub answers every node with ``stop``
   (the first failure by time), each node SIGTERMs its ranks and SIGKILLs what is left after
   ``fail_grace`` seconds.
-- A node whose messages stop for ``lost`` seconds is lost: the hub stops the job (non-elastic)
+- A node whose messages stop for ``lost`` seconds (one never heard from: ``start_grace`` seconds after
+  the hub's start, torchrun's rendezvous join timeout) is lost: the hub stops the job (non-elastic)
   or makes the remaining nodes restart their ranks (elastic: torchrun re-rendezvouses without
   it). A node that cannot reach the hub for ``lost`` seconds stops its job: c10d cannot survive
   the loss of the store host.
@@ -36,9 +37,10 @@ How the nodes watch each other (docs/design.md, "The watcher: failures and the l
   it stands still the script's stack) and sends them to the hub; when no rank's status changed for
   ``hang`` seconds while some ranks wait in a collective others did not enter, the hub stops the job,
   naming those ranks, their node, the collective and their stack line (``hang.json`` keeps them all).
-- ``lease`` > 0: the controller renews ``<job dir>/lease`` while it waits; a node whose lease is
-  older than ``lease`` seconds stops the job (the controller is gone). 0: detached, the
-  supervisors own the job until it ends or ``timeout``.
+- ``lease`` > 0: the controller renews ``<job dir>/lease`` on the nodes it follows; each node tells the
+  hub how old its lease is, and when no node's was renewed for ``lease`` seconds the hub stops the job
+  everywhere (the controller is gone). 0: detached, the supervisors own the job until it ends or
+  ``timeout``.
 """
 from __future__ import annotations
 
@@ -63,6 +65,9 @@ TERMINAL = ("succeeded", "failed", "stopped")
 # checkpoint as a stop by train_stop_grace does).
 HEARTBEAT = 0.5
 LOST_AFTER = 10
+# Seconds a node never heard from is given (from the watcher's start) where the configuration names none:
+# torchrun's own rendezvous join timeout (600 s), which the torchrun module passes as ``start_grace``.
+START_GRACE = 600
 FAIL_GRACE = 5
 # A crash loop (no_progress): the attempts in a row without progress after which a job that may restart is
 # stopped instead (NVIDIA's NVRx stops after 3 restarts without progress), and the most of a rank log's new
@@ -1054,8 +1059,9 @@ class Hub(object):
             if msg.get("progress") is not None:
                 self.node_progress[node], self.node_generation[node] = msg["progress"], msg.get("generation") or 0
                 self.node_failure[node] = msg.get("last_failure")
-            if msg.get("lease_expired") and not self.lease_reported:
-                self.lease_reported, changed = node, True
+            if msg.get("lease_age") is not None:
+                # the controller renewed that node's lease this long ago (its clock's figure, taken here)
+                self.lease_heard = max(self.lease_heard, time.time() - float(msg["lease_age"]))
             failure = msg.get("failure")
             if failure and not any(f.get("node") == node for f in self.failures):
                 self.failures.append(failure)
@@ -1108,7 +1114,8 @@ class Hub(object):
             self.states[self.node] = local["state"]
             if local["failure"] and not any(f.get("node") == self.node for f in self.failures):
                 self.failures.append(local["failure"])
-            lost = lost_nodes(self.nodes, self.last_seen, self.states, now, self.lost_after, self.started)
+            lost = lost_nodes(self.nodes, self.last_seen, self.states, now, self.lost_after, self.started,
+                              self.start_grace)
             for node in lost:
                 if node not in self.lost:
                     self.lost.append(node)
@@ -1124,11 +1131,8 @@ class Hub(object):
             if not self.stop:
                 stalled = (self.judge_attempts() if self.no_progress else None) or \
                     (self.judge_hang(now) if self.hang_timeout else None)
-            own_lease = self.lease_gone()
-            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic,
-                                 own_lease or bool(self.lease_reported and not self.elastic), stalled=stalled)
-            if stop and not self.stop and stop.get("reason") == "lease" and not own_lease:
-                stop = dict(stop, decided_by=self.lease_reported)
+            stop = stop_decision(self.stop, self.failures, self.lost, self.elastic, self.lease_gone(),
+                                 stalled=stalled)
             refined = refine_stop(self.stop, self.lost)
             if self.stop and refined is not self.stop:
                 self.stop = refined
@@ -1180,6 +1184,10 @@ class Watcher(Hub):
         # The ranks' sampler threads' CPU seconds as last read from /proc ({"<restart>_<local rank>": s}).
         self.sampler_cpu, self.sampler_read = {}, 0.0
         self.interval = float(conf.get("interval", HEARTBEAT))
+        # Seconds a node never heard from is given from this watcher's start before it is lost: the
+        # launch starts the nodes one task after another (Ansible's forks at a time), and torchrun's
+        # rendezvous waits as long for them (its join timeout; the module sets it).
+        self.start_grace = float(conf.get("start_grace", START_GRACE))
         self.started = time.time()
         self.lock = threading.Lock()
         self.last_seen = {}
@@ -1188,11 +1196,10 @@ class Watcher(Hub):
         self.lost = []
         self.stop = None
         self.stopped_local = False
-        # At the hub: the first other node that reported its own lease expired (its watcher stopped its
-        # ranks). The hub stops the job everywhere for it, the job having lost that node's ranks anyway;
-        # an elastic job goes on without the node, as for a lost one (the controller may be alive and
-        # cut off from that node only), and the others' own leases end it if the controller is gone.
-        self.lease_reported = None
+        # At the hub: the latest renewal of any node's lease in this clock (from each heartbeat's ``lease_age``).
+        # The lease is the job's, judged here alone: the controller may follow some nodes only (more nodes
+        # than Ansible's forks), and any of its polls keeps the job (lease_gone).
+        self.lease_heard = 0.0
         self.events = []
         self.restart_requested = {}
         self.hub_seen = False
@@ -1410,14 +1417,23 @@ class Watcher(Hub):
             data["ranks"] = local.get("ranks")
         _write_json(os.path.join(self.job_dir, "watch_state.json"), data)
 
-    def lease_gone(self):
+    def lease_age(self):
+        """Seconds since the controller last renewed this node's lease (its start: never), None without one."""
         if not self.lease:
-            return False
+            return None
         try:
             mtime = os.path.getmtime(os.path.join(self.job_dir, "lease"))
         except OSError:
             mtime = self.started
-        return lease_expired(self.lease, mtime, time.time())
+        return max(0.0, time.time() - mtime)
+
+    def lease_gone(self):
+        """The hub: the job's lease ran out - no node's lease renewed for ``lease`` seconds."""
+        age = self.lease_age()
+        if age is None:
+            return False
+        now = time.time()
+        return lease_expired(self.lease, max(now - age, self.lease_heard), now)
 
     def poke(self):
         """End the main loop's nap now (from any thread)."""
@@ -1433,10 +1449,8 @@ class Watcher(Hub):
             msg.update(progress=self.progress, generation=self.generation, last_failure=self.last_failure)
         if self.hang_timeout:
             msg["collectives"] = self.collectives
-        if self.stop and self.stop.get("reason") == "lease" and self.stop.get("decided_by") == self.node:
-            # The first lease to run out stops the job on every node, not only on its own: the
-            # controller renews each node's lease in its own call, up to a poll window apart.
-            msg["lease_expired"] = True
+        if self.lease:
+            msg["lease_age"] = round(self.lease_age(), 3)
         return msg
 
     # -- main loop
@@ -1462,8 +1476,6 @@ class Watcher(Hub):
                         self.save(local, final=True)
                         return 0
             else:
-                if not self.stop and self.lease_gone():
-                    self.apply_stop({"reason": "lease"})
                 # This node's own failure stops its job after the hub's answer (a round trip on the job's
                 # network, or the connection's 2 s timeout when the hub does not answer): a stop the hub
                 # decided first - the first node's lease ran out, its torchrun took the rendezvous store

@@ -21,6 +21,7 @@ from ansible_collections.multinode.training.plugins.module_utils._report import 
 from ansible_collections.multinode.training.plugins.module_utils._node import watch as _torchrun_watch
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import read_json, read_text
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
+    START_GRACE,
     WATCH_ENV,
     last_exception_line,
     progress,
@@ -49,6 +50,7 @@ def watch_conf(params, job_id, host):
             "hub": bool(watch.get("hub")) or not watch.get("hub_addr"), "hub_addr": watch.get("hub_addr"),
             "hub_node": watch.get("hub_node"), "port": watch.get("port"), "token": watch.get("token") or "",
             "lost": watch.get("lost", 10), "lease": watch.get("lease", 0), "fail_grace": watch.get("fail_grace", 5),
+            "start_grace": start_grace(watch.get("start_grace"), params.get("rdzv_conf")),
             "interval": watch.get("interval", 0.5), "restartable": int(params.get("max_restarts") or 0) > 0,
             "elastic": elastic,
             # a crash loop: the attempts in a row without a new step line or checkpoint that stop the job
@@ -57,6 +59,17 @@ def watch_conf(params, job_id, host):
             "checkpoint_dir": (params.get("env") or {}).get(CHECKPOINT_ENV) or "",
             # a hang: seconds without a change of any rank's collectives while some wait for others
             "hang": int(params.get("hang_timeout") or 0)}
+
+
+def start_grace(requested, rdzv_conf):
+    """Seconds a node never heard from is given (O(watch.start_grace)): as asked, else the rendezvous's
+    join timeout (O(rdzv_conf), as torchrun reads it), else torchrun's default for it."""
+    if requested is not None:
+        return int(requested)
+    try:
+        return int(float((rdzv_conf or {}).get("join_timeout")))
+    except (TypeError, ValueError):
+        return START_GRACE
 
 
 def new_file(dir_fd, name, mode, owner=None, text=None, flags=0):

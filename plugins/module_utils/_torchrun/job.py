@@ -103,6 +103,7 @@ ARGUMENT_SPEC = dict(
         token=dict(type="str", no_log=True),
         lost=dict(type="int", default=LOST_AFTER),
         lease=dict(type="int", default=0),
+        start_grace=dict(type="int"),
         fail_grace=dict(type="int", default=FAIL_GRACE),
         interval=dict(type="float", default=HEARTBEAT),
     )),

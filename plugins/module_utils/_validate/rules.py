@@ -143,28 +143,6 @@ def _nnodes(variable, value, values, ctx):
     return []
 
 
-def _forks(variable, value, values, ctx):
-    """Ansible's forks against the play's hosts, where a step holds one worker per node until it ends: the
-    launch and its wait (train_launcher=ssh, not detached) and the fabric probe. With fewer forks the nodes
-    past the first <forks> start only once the first ones' tasks ended: the job's rendezvous and watchers
-    wait for nodes that are not started yet, and a healthy node is blamed. ctx: ``forks`` (the play's),
-    ``hosts``, ``probe`` (the play is the fabric probe alone, playbooks/fabric_check.yml)."""
-    forks, hosts = ctx.get("forks"), ctx.get("hosts") or []
-    if str(value) != "ssh" or not is_int(forks) or int(forks) >= len(hosts):
-        return []
-    detached = as_bool(values.get("train_detach", False))
-    fabric = str(values.get("train_fabric_check", "off"))
-    if detached and fabric == "off" and not ctx.get("probe"):
-        return []
-    step = "the fabric probe holds" if detached or ctx.get("probe") else "the launch and its wait hold"
-    return [Problem("forks", forks, "fewer than the %d nodes of the play: %s one Ansible worker per node "
-                    "until it ends, so the nodes past the first %s would start only after the first ones "
-                    "ended (the others would wait for them, and a healthy node be blamed)"
-                    % (len(hosts), step, forks),
-                    "%d or more: ansible-playbook -f %d (or ANSIBLE_FORKS=%d, or forks in ansible.cfg's "
-                    "[defaults])" % (len(hosts), len(hosts), len(hosts)))]
-
-
 def _max_restarts(variable, value, values, ctx):
     """Restarts that cannot happen: under Slurm, srun --kill-on-bad-exit ends the step on every node at
     the first failure."""
@@ -447,7 +425,6 @@ def check_manifest_file(name, path):
 RULES = {
     # train
     "train_nnodes": [_nnodes],
-    "train_launcher": [_forks],
     "train_nproc_per_node": [_nproc],
     "train_rdzv_port": [_range(1, 65535), _ssh_port],
     "train_user": [_train_user],

@@ -397,35 +397,6 @@ def test_nnodes_against_the_play_hosts_only_for_the_ssh_launcher(launcher, expec
     assert lines(v.validate(_specs(), values, r.RULES, {"hosts": ["a", "b"]}, r.MAY_BE_EMPTY)) == expected
 
 
-FORKS_LAUNCH = ("forks=5: fewer than the 6 nodes of the play: the launch and its wait hold one Ansible worker per "
-                "node until it ends, so the nodes past the first 5 would start only after the first ones ended (the "
-                "others would wait for them, and a healthy node be blamed); valid: 6 or more: ansible-playbook -f 6 "
-                "(or ANSIBLE_FORKS=6, or forks in ansible.cfg's [defaults])")
-FORKS_PROBE = FORKS_LAUNCH.replace("the launch and its wait hold", "the fabric probe holds")
-
-
-@pytest.mark.parametrize("values, ctx, expected", [
-    ({}, {"forks": 5}, [FORKS_LAUNCH]),
-    ({}, {"forks": 6}, []),
-    ({}, {"forks": 128}, []),
-    ({}, {}, []),  # forks unknown (not run by ansible-playbook)
-    # detached: the start returns at once - unless the fabric check runs first, or the play is the probe
-    ({"train_detach": True}, {"forks": 5}, []),
-    ({"train_detach": True, "train_fabric_check": "gate"}, {"forks": 5}, [FORKS_PROBE]),
-    ({"train_detach": True}, {"forks": 5, "probe": True}, [FORKS_PROBE]),
-    ({}, {"forks": 5, "probe": True}, [FORKS_PROBE]),
-    # Slurm and the platform start the ranks; the play holds no worker per node
-    ({"train_launcher": "slurm"}, {"forks": 1}, []),
-    ({"train_launcher": "env"}, {"forks": 1}, []),
-])
-def test_fewer_forks_than_nodes_is_refused_where_a_step_holds_a_worker_per_node(values, ctx, expected):
-    values = dict({k: val for k, val in _defaults().items() if "{{" not in str(val)}, **values)
-    hosts = ["n%d" % i for i in range(1, 7)]
-    out = lines(v.validate(_specs(), values, r.RULES, dict(ctx, hosts=hosts), r.MAY_BE_EMPTY))
-    assert out == expected
-    assert all(SHAPE.match(line) for line in out)
-
-
 # ---------------------------------------------------------------- unknown variables
 
 DECLARED = ["train_timeout", "train_tee", "train_env", "deepspeed_build_ops", "train_hosts"]
