@@ -39,12 +39,12 @@ weight() {
   case $1 in
     default) echo 1900 ;; launch_diagnosis) echo 1800 ;; launch_slurm) echo 800 ;;
     deepspeed_build) echo 400 ;; wheel_distribute) echo 250 ;; toolchain) echo 165 ;;
-    nccl_tuning) echo 210 ;; make:wheel) echo 770 ;; make:lint) echo 120 ;; make:sanity) echo 200 ;;
+    nccl_tuning) echo 210 ;; installed) echo 500 ;; make:wheel) echo 770 ;; make:lint) echo 120 ;; make:sanity) echo 200 ;;
     make:unit) echo 130 ;; make:badinput) echo 200 ;; *) echo 300 ;;
   esac
 }
 needs_wheel() {  # scenarios whose prepare snapshots dist/'s wheel (molecule/default/prepare.yml)
-  case $1 in default | launch_diagnosis | launch_slurm | wheel_distribute) return 0 ;; esac
+  case $1 in default | launch_diagnosis | launch_slurm | wheel_distribute | installed) return 0 ;; esac
   return 1
 }
 wheel_item=no

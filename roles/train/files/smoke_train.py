@@ -68,7 +68,7 @@ def parse_args(argv=None):
                              "(rank 0's clock, all-reduced each step so that every rank ends at the same step; "
                              "--steps stays the most): a job of about this long whatever the nodes' speed")
     parser.add_argument("--stamp", action="store_true",
-                        help="the step lines of --step-seconds end with the time they were printed")
+                        help="every step line ends with the time it was printed")
     parser.add_argument("--echo-args", action="store_true",
                         help="print the arguments received (each repr'd) and exit after the all-reduce")
     parser.add_argument("extra", nargs="*", help="free arguments, only echoed")
@@ -346,7 +346,8 @@ def train(args, rank, world_size, device):
         loss = torch.nn.functional.mse_loss(engine(inputs.to(device)), targets.to(device))
         engine.backward(loss)
         engine.step()
-        print("smoke: rank=%d step=%d loss=%.6f world_size=%d" % (rank, step, loss.item(), world_size), flush=True)
+        print("smoke: rank=%d step=%d loss=%.6f world_size=%d%s" % (
+            rank, step, loss.item(), world_size, " time=%.3f" % time.time() if args.stamp else ""), flush=True)
         if args.checkpoint_dir and args.checkpoint_every and step % args.checkpoint_every == 0:
             engine.save_checkpoint(args.checkpoint_dir, tag="step%d" % step, client_state={"step": step})
             print("smoke: rank=%d checkpoint step=%d" % (rank, step), flush=True)
