@@ -656,6 +656,9 @@ def renew_lease(job_dir):
 
 
 def watcher_alive(job, proc="/proc"):
+    """The job's watcher (job.json's ``watch_pid``) still runs: its environment carries the job's watch
+    marker - or, where root may not read another account's environment (a container without
+    CAP_SYS_PTRACE), its command line runs this job's ``<job id>/mt_watch.py``."""
     pid = (job or {}).get("watch_pid")
     if not pid:
         return False
@@ -663,7 +666,15 @@ def watcher_alive(job, proc="/proc"):
         with open(os.path.join(proc, str(pid), "environ"), "rb") as handle:
             return ("%s=%s" % (WATCH_ENV, job.get("job_id"))).encode() in handle.read().split(b"\0")
     except (OSError, IOError):
+        pass
+    try:
+        with open(os.path.join(proc, str(pid), "cmdline"), "rb") as handle:
+            argv = handle.read().decode("utf-8", "replace").split("\0")
+    except (OSError, IOError):
         return False
+    script = argv[1] if len(argv) > 1 else ""
+    return os.path.basename(script) == "mt_watch.py" and \
+        os.path.basename(os.path.dirname(script)) == str(job.get("job_id"))
 
 
 def job_done(job, ended, state, now, proc="/proc"):

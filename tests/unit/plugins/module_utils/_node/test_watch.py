@@ -929,3 +929,20 @@ def test_groups_that_end_between_two_looks_are_counted_from_their_records(tmp_pa
         assert watcher.generation == 4 and watcher.stop and watcher.stop["attempts"] == 3
     finally:
         alive.kill()
+
+
+def test_the_watcher_is_known_by_its_command_line_where_root_cannot_read_its_environment(tmp_path):
+    """Root in a container without CAP_SYS_PTRACE (docker's default) cannot read another account's
+    /proc/<pid>/environ: the stop must still find the job's watcher (it outlives the job by up to 15 s,
+    waiting for the other nodes' ends), by the script it runs - never another job's."""
+    proc = tmp_path / "proc"
+    (proc / "41").mkdir(parents=True)
+    (proc / "41" / "cmdline").write_bytes(b"/opt/venv/bin/python\0/var/log/mt/job-a/mt_watch.py\0"
+                                          b"/var/log/mt/job-a\0" b"40\0")
+    assert w.watcher_alive({"watch_pid": 41, "job_id": "job-a"}, str(proc))
+    assert not w.watcher_alive({"watch_pid": 41, "job_id": "job-b"}, str(proc))
+    assert not w.watcher_alive({"watch_pid": 42, "job_id": "job-a"}, str(proc))  # gone
+    # readable: the environment's marker decides
+    (proc / "41" / "environ").write_bytes(("%s=job-b\0" % w.WATCH_ENV).encode())
+    assert w.watcher_alive({"watch_pid": 41, "job_id": "job-b"}, str(proc))
+    assert not w.watcher_alive({"watch_pid": 41, "job_id": "job-a"}, str(proc))
