@@ -1,8 +1,10 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filter: which account runs the training job on a node (see train_run_user.yml)."""
+"""Filters: which account runs the training job on a node (see train_run_user.yml), and its one uid on every
+node (train_account_uid.yml)."""
 from __future__ import annotations
 
+from ansible_collections.multinode.training.plugins.module_utils._train.account import decide_uid
 from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     DEFAULT_ACCOUNT,
     SecurityError,
@@ -20,8 +22,13 @@ def train_run_user(requested, effective_user, effective_uid, allow_root=False, d
     return decision
 
 
+def train_account_uid(accounts, create=False):
+    """{node: multinode_training_account fact} -> {uid, error} (_train.account.decide_uid)."""
+    return decide_uid(accounts, bool(create))
+
+
 class FilterModule:
     """multinode.training job-user filter."""
 
     def filters(self):
-        return {"train_run_user": train_run_user}
+        return {"train_run_user": train_run_user, "train_account_uid": train_account_uid}

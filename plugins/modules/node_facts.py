@@ -21,7 +21,14 @@ description:
   - Interface facts not needed by the collection's roles (speed, features, PCI ids) are not gathered.
 author:
   - multinode.training maintainers (@multinode)
-options: {}
+options:
+  account:
+    description:
+      - Also gather the job account's facts (C(multinode_training_account)) - this account's uid on the node
+        (null where it is missing), the system uids other accounts hold and the system uid range of
+        C(/etc/login.defs) - from which C(playbooks/train.yml) gives the account one uid on every node.
+        Empty - the account role C(train) creates (C(mtrain)).
+    type: str
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 """
@@ -45,6 +52,12 @@ ansible_facts:
   returned: always
   type: dict
   contains:
+    multinode_training_account:
+      description:
+        - With O(account) - C(name), C(uid) (null where the account is missing), C(used) (the system uids other
+          accounts hold), C(sys_uid_min) and C(sys_uid_max).
+      type: dict
+      returned: when O(account) is set
     ansible_interfaces:
       description: The node's interface names.
       type: list

@@ -27,7 +27,8 @@ options:
         (C(nft -c)) and decides whether this node guards the rendezvous port (O(access.firewall)).
       - Resolves the job's account (uid, primary and supplementary groups, home). A missing account is created when O(access.create)
         is set, its group exists and nothing stood in the way so far - as ansible.builtin.user creates a system account
-        with a home and no login shell (C(useradd -r -m -s /usr/sbin/nologin), C(-g) O(access.group), C(-G) those of O(access.user_groups)
+        with a home on the node's own disk and no login shell (C(useradd -r -m -d /var/lib/<user> -s /usr/sbin/nologin),
+        C(-u) O(access.uid), C(-g) O(access.group), C(-G) those of O(access.user_groups)
         that exist; C(-N) where a group of the account's name exists and O(access.group) is unset). An existing account
         is never changed.
       - Before the account is created - every path the job opens (O(access.job)) as the module's own user sees it - with
@@ -63,6 +64,11 @@ options:
         description: Create O(access.user) when it is missing (the role sets it when the play runs as root).
         type: bool
         default: false
+      uid:
+        description:
+          - The uid a created O(access.user) gets (C(useradd -u)), the one it has on every node of the job (filter
+            P(multinode.training.train_account_uid#filter)); unset - useradd picks one.
+        type: int
       user_groups:
         description: Supplementary groups for a created account, those that exist (RV(groups_present)).
         type: list

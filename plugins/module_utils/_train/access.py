@@ -53,6 +53,8 @@ from ansible_collections.multinode.training.plugins.module_utils._train.security
 
 MODES = {"x": os.X_OK, "r": os.R_OK, "rx": os.R_OK | os.X_OK, "w": os.W_OK, "wx": os.W_OK | os.X_OK}
 NOLOGIN = "/usr/sbin/nologin"
+# Where a created account's home goes: the node's own disk (useradd -d), as Debian's system accounts.
+HOME_DIR = "/var/lib"
 
 
 def _why(path):
@@ -171,23 +173,27 @@ def account_problem(user, group, exists, group_exists, create):
             "(empty train_user: the role creates mtrain)" % (user, group or ""))
 
 
-def useradd_argv(useradd, user, group, groups, own_group_exists):
+def useradd_argv(useradd, user, group, groups, own_group_exists, uid=None):
     """The command that creates the job's account, as ansible.builtin.user does for ``system: true,
     shell: /usr/sbin/nologin, create_home: true``: ``-g train_group`` when one is given, else the
     account's own group - unless a group of that name exists already (``own_group_exists``), where
     useradd would fail to create it: ``-N``, the default group, as ansible.builtin.user does; ``-G``
-    the supplementary groups (those that exist)."""
+    the supplementary groups (those that exist); ``-u`` the uid the account has on every node
+    (_train.account); its home under /var/lib (HOME_DIR), on the node's own disk, never in a /home that
+    may be shared storage (NFS with root_squash refuses root's mkdir there)."""
     argv = [useradd]
+    if uid is not None:
+        argv += ["-u", str(int(uid))]
     if group:
         argv += ["-g", group]
     elif own_group_exists:
         argv.append("-N")
     if groups:
         argv += ["-G", ",".join(groups)]
-    return argv + ["-s", NOLOGIN, "-m", "-r", user]
+    return argv + ["-s", NOLOGIN, "-d", os.path.join(HOME_DIR, user), "-m", "-r", user]
 
 
-def create_account(user, group, groups, run_command, get_bin_path):
+def create_account(user, group, groups, run_command, get_bin_path, uid=None):
     """Create the job's account (``useradd_argv``) -> None, or why it could not be created."""
     useradd = get_bin_path("useradd")
     if not useradd:
@@ -197,7 +203,7 @@ def create_account(user, group, groups, run_command, get_bin_path):
         own_group_exists = True
     except KeyError:
         own_group_exists = False
-    rc, out, err = run_command(useradd_argv(useradd, user, group, groups, own_group_exists))
+    rc, out, err = run_command(useradd_argv(useradd, user, group, groups, own_group_exists, uid))
     if rc == 0:
         return None
     lines = (err or out or "").strip().splitlines()
@@ -335,7 +341,7 @@ def resolve_account(p, result, problems, run_command, get_bin_path, check_mode):
     if exists or not p["create"] or problems:
         return account
     error = None if check_mode else create_account(p["user"], p["group"], result["groups_present"],
-                                                   run_command, get_bin_path)
+                                                   run_command, get_bin_path, p["uid"])
     if error:
         problems.append("train_user=%s (train_group=%s): cannot be created (%s); valid: a new account "
                         "name, or an existing account and group" % (p["user"], p["group"] or "", error))
@@ -508,6 +514,7 @@ ARGUMENT_SPEC = dict(
     user=dict(type="str"),
     group=dict(type="str"),
     create=dict(type="bool", default=False),
+    uid=dict(type="int"),
     user_groups=dict(type="list", elements="str", default=[]),
     checks=dict(type="list", elements="dict", default=[]),
     job=dict(type="dict"),

@@ -21,6 +21,7 @@ import os
 import pwd
 
 from ansible_collections.multinode.training.plugins.module_utils._nccl.interfaces import fact_key
+from ansible_collections.multinode.training.plugins.module_utils._train.account import node_account_facts
 
 # What `ip route get` asks for to find the default route's interface (as setup does).
 ROUTE_TARGETS = {4: "8.8.8.8", 6: "2404:6800::"}
@@ -166,7 +167,7 @@ def user_facts():
             "ansible_real_group_id": os.getgid(), "ansible_effective_group_id": os.getegid()}
 
 
-ARGUMENT_SPEC = {}
+ARGUMENT_SPEC = {"account": {"type": "str"}}
 
 
 def ip_facts(module):
@@ -205,6 +206,9 @@ def setup_facts(module):
 def run_module(module):
     """Module node_facts: ``ip -j`` where it works, else setup's collectors; says which (facts_source)."""
     facts = ip_facts(module)
+    source = "ip"
     if facts is None:
-        module.exit_json(changed=False, ansible_facts=setup_facts(module), facts_source="setup")
-    module.exit_json(changed=False, ansible_facts=facts, facts_source="ip")
+        facts, source = setup_facts(module), "setup"
+    if module.params.get("account") is not None:
+        facts["multinode_training_account"] = node_account_facts(module.params["account"])
+    module.exit_json(changed=False, ansible_facts=facts, facts_source=source)

@@ -33,7 +33,7 @@ def free_port():
 
 
 def params(**over):
-    p = dict(user=None, group=None, create=False, user_groups=[], checks=[], directories=[], port=29400,
+    p = dict(user=None, group=None, create=False, uid=None, user_groups=[], checks=[], directories=[], port=29400,
              ssh_ports=[], sshd_config="/nonexistent/sshd_config", firewall="false", listen=None, probe=None)
     p.update(over)
     return p
@@ -72,16 +72,23 @@ def test_account_problem(exists, group_ok, create, group, fragment):
         assert "; valid: " in line
 
 
-@pytest.mark.parametrize("group, own_group_exists, groups, expected", [
-    ("", False, [], ["-s", "/usr/sbin/nologin", "-m", "-r", "mtrain"]),
-    ("train", False, ["video", "render"], ["-g", "train", "-G", "video,render", "-s", "/usr/sbin/nologin", "-m",
-                                           "-r", "mtrain"]),
+HOME = ["-d", "/var/lib/mtrain", "-m", "-r", "mtrain"]
+
+
+@pytest.mark.parametrize("group, own_group_exists, groups, uid, expected", [
+    ("", False, [], None, ["-s", "/usr/sbin/nologin"] + HOME),
+    ("train", False, ["video", "render"], None, ["-g", "train", "-G", "video,render", "-s", "/usr/sbin/nologin"]
+     + HOME),
     # a group named like the account exists: useradd would fail to create it (ansible.builtin.user: -N)
-    ("", True, ["video"], ["-N", "-G", "video", "-s", "/usr/sbin/nologin", "-m", "-r", "mtrain"]),
-    ("train", True, [], ["-g", "train", "-s", "/usr/sbin/nologin", "-m", "-r", "mtrain"]),
+    ("", True, ["video"], None, ["-N", "-G", "video", "-s", "/usr/sbin/nologin"] + HOME),
+    ("train", True, [], None, ["-g", "train", "-s", "/usr/sbin/nologin"] + HOME),
+    # the uid it has on the other nodes (_train.account.decide_uid)
+    ("", False, [], 998, ["-u", "998", "-s", "/usr/sbin/nologin"] + HOME),
 ])
-def test_useradd_argv(group, own_group_exists, groups, expected):
-    assert acc.useradd_argv("/usr/sbin/useradd", "mtrain", group, groups, own_group_exists) == \
+def test_useradd_argv(group, own_group_exists, groups, uid, expected):
+    """A system account without a login shell, its home on the node's own disk (never /home, which may be NFS
+    with root_squash), with the job's one uid when given."""
+    assert acc.useradd_argv("/usr/sbin/useradd", "mtrain", group, groups, own_group_exists, uid) == \
         ["/usr/sbin/useradd"] + expected
 
 
@@ -115,8 +122,8 @@ def test_a_missing_account_is_created_then_checked_and_given_its_directories(tmp
                      is_root=False)
     assert out["problems"] == [] and out["account_missing"] is True and out["account_created"] is True
     assert out["groups_present"] == [MY_GROUP]
-    assert fake.ran == [["/usr/sbin/useradd", "-G", MY_GROUP, "-s", "/usr/sbin/nologin", "-m", "-r",
-                         "no-such-user-xyz"]]
+    assert fake.ran == [["/usr/sbin/useradd", "-G", MY_GROUP, "-s", "/usr/sbin/nologin", "-d",
+                         "/var/lib/no-such-user-xyz", "-m", "-r", "no-such-user-xyz"]]
     # then, in the same call, as the account now found: its directories
     assert target.is_dir() and out["changed"] is True and out["account"]["name"] == ME
 

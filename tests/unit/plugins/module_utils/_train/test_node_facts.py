@@ -94,8 +94,9 @@ def test_user_facts_are_this_process():
 class _IpModule(object):
     """The members run_module uses: ip's answers from the recorded netns, or no ip at all."""
 
-    def __init__(self, ip="/usr/sbin/ip", addr_rc=0):
+    def __init__(self, ip="/usr/sbin/ip", addr_rc=0, account=None):
         self.ip, self.addr_rc, self.calls, self.result = ip, addr_rc, [], None
+        self.params = {"account": account}
 
     def get_bin_path(self, name):
         return self.ip
@@ -128,3 +129,16 @@ def test_run_module_falls_back_to_setup_without_ip_or_when_it_fails(monkeypatch,
     with pytest.raises(SystemExit):
         nf.run_module(module)
     assert module.result == {"changed": False, "ansible_facts": {"ansible_user_id": "from setup"}, "facts_source": "setup"}
+
+
+def test_the_job_accounts_facts_with_account(monkeypatch):
+    """With O(account), the account's facts beside the network and user facts (this host's own passwd: root's
+    uid 0, a system range from its login.defs)."""
+    monkeypatch.setattr(nf, "setup_facts", lambda module: pytest.fail("setup's collectors ran"))
+    module = _IpModule(account="root")
+    with pytest.raises(SystemExit):
+        nf.run_module(module)
+    account = module.result["ansible_facts"]["multinode_training_account"]
+    assert account["name"] == "root" and account["uid"] == 0
+    assert account["sys_uid_min"] <= account["sys_uid_max"]
+    assert all(account["sys_uid_min"] <= uid <= account["sys_uid_max"] for uid in account["used"])
