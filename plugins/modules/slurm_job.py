@@ -169,21 +169,6 @@ options:
         its state, nodes and elapsed time on the controller after each poll (the action plugin does the loop).
     type: bool
     default: false
-  step_pattern:
-    description:
-      - With O(follow), the progress lines add the first node's latest step and loss and the slowest node so far
-        (CPU plus run-queue wait per step, from the ranks' samples on the shared job directory); the regular
-        expression (named group C(step), optionally C(loss)) of the step lines. Empty - the job report's built-in
-        patterns.
-    type: str
-    default: ""
-  straggler_ratio:
-    description:
-      - With O(follow), the progress lines name the slowest node so far only when it costs the other nodes over
-        1 - 1/this of their time per collective, waiting for it (torch's flight recorder; without it, when its CPU
-        plus run-queue wait per step is over this many times the nodes' median), the job report's straggler rule.
-    type: float
-    default: 1.2
   stream_ranks:
     description:
       - With O(follow), the output of these global ranks (their C(stdout.log), then their C(stderr.log), read from the
@@ -244,6 +229,8 @@ options:
     description: Seconds per measurement of the fabric probe (each link, the all_reduce, the matmul).
     type: float
     default: 0.5
+extends_documentation_fragment:
+  - multinode.training.progress
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.

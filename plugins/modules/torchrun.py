@@ -221,23 +221,6 @@ options:
         sooner; this bounds every connection. The last poll also packs the node's job directory.
     type: int
     default: 300
-  step_pattern:
-    description:
-      - With O(follow), the progress lines add each node's latest step and loss and the slowest node so far
-        (its CPU plus run-queue wait per step against the median, from the job report's samples); this is the
-        regular expression (named group C(step), optionally C(loss)) that finds the step lines. Empty - the job
-        report's built-in patterns (the bundled smoke job, DeepSpeed, the Hugging Face Trainer). The node's watcher
-        also reads it (O(max_no_progress_restarts)).
-    type: str
-    default: ""
-  straggler_ratio:
-    description:
-      - With O(follow), the progress lines name the slowest node so far only when it costs the other nodes over
-        1 - 1/this of their time per collective, waiting for it (torch's flight recorder; without it, when its CPU
-        plus run-queue wait per step is over this many times the nodes' median), the job report's straggler rule,
-        C(train_straggler_ratio). The node ignores it.
-    type: float
-    default: 1.2
   follow_limit:
     description:
       - Set by the action for each long poll of O(follow) (leave it unset) - with O(state=finished) and a started
@@ -346,6 +329,8 @@ options:
         a node fails or is lost, which ends the barrier, and a node still at work, such as a rank writing
         its last checkpoint, must not lose the first node's rendezvous store), else V(30).
     type: int
+extends_documentation_fragment:
+  - multinode.training.progress
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.

@@ -35,8 +35,6 @@ def test_train_defaults_mirror_the_constants():
 # The modules' documented defaults (DOCUMENTATION is YAML: it cannot import) and the role's argument specs
 # say the same as the constant the code uses: a planted 1.3 in any of them fails here.
 DOCUMENTED = {
-    ("torchrun", "straggler_ratio"): straggler.RATIO,
-    ("slurm_job", "straggler_ratio"): straggler.RATIO,
     ("train_job_report", "ratio"): straggler.RATIO,
     ("slurm_job", "fabric_ratio"): verdict.RATIO,
     ("slurm_job", "fabric_line_ratio"): verdict.LINE_RATIO,
@@ -50,6 +48,10 @@ def test_documented_defaults_are_the_constants():
         text = (ROOT / "plugins" / "modules" / ("%s.py" % module)).read_text()
         doc = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
         assert doc["options"][option]["default"] == value, (module, option)
+    # torchrun's and slurm_job's straggler_ratio: the progress doc fragment
+    text = (ROOT / "plugins" / "doc_fragments" / "progress.py").read_text()
+    doc = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
+    assert doc["options"]["straggler_ratio"]["default"] == straggler.RATIO
     text = (ROOT / "plugins" / "modules" / "data_sync.py").read_text()
     doc = yaml.safe_load(text.split('DOCUMENTATION = r"""', 1)[1].split('"""', 1)[0])
     assert doc["options"]["transfer"]["suboptions"]["poll_slack"]["default"] == bounded.POLL_SLACK
