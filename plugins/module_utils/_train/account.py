@@ -73,7 +73,7 @@ def decide_uid(accounts, create):
         if facts.get("uid") is not None:
             by_uid.setdefault(facts["uid"], []).append(node)
     if len(by_uid) > 1:
-        return {"uid": None, "error": "train_user=%s: the account's uid differs between the nodes (%s): the job's "
+        return {"uid": None, "error": "train_user=%s: its uid differs between the nodes (%s): the job's "
                 "files on shared storage would belong to another account on some; valid: the same uid on every "
                 "node (usermod -u on the others), or train_user=<an account with one uid everywhere, such as "
                 "your own login>" % (name, "; ".join("uid %d on %s" % (uid, _nodes_text(sorted(nodes)))

@@ -47,7 +47,7 @@ def test_one_uid_for_the_account_on_every_node(accounts, create, expected):
 def test_uids_that_differ_are_refused_naming_the_nodes():
     out = a.decide_uid({"n1": facts(997), "n2": facts(997), "n3": facts(998)}, True)
     assert out["uid"] is None
-    assert out["error"].startswith("train_user=mtrain: the account's uid differs between the nodes (uid 997 on n1, "
+    assert out["error"].startswith("train_user=mtrain: its uid differs between the nodes (uid 997 on n1, "
                                    "n2; uid 998 on n3): ")
     assert "; valid: the same uid on every node (usermod -u on the others), or train_user=" in out["error"]
 
