@@ -1489,7 +1489,7 @@ class Watcher(Hub):
             else:
                 # This node's own failure stops its job after the hub's answer (a round trip on the job's
                 # network, or the connection's 2 s timeout when the hub does not answer): a stop the hub
-                # decided first - the first node's lease ran out, its torchrun took the rendezvous store
+                # decided first - the job's lease ran out, the hub's torchrun took the rendezvous store
                 # along, and this node's torchrun killed its ranks for that - is the cause, not those ranks.
                 msg = self.hub_message(local)
                 try:
