@@ -1,10 +1,11 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Filters: which account runs the training job on a node (see train_run_user.yml), and its one uid on every
-node (train_account_uid.yml)."""
+"""Filters: which account runs the training job on a node (see train_run_user.yml), its one uid on every
+node (train_account_uid.yml), and the steps of a run that need root (train_root_needed.yml)."""
 from __future__ import annotations
 
 from ansible_collections.multinode.training.plugins.module_utils._train.account import decide_uid
+from ansible_collections.multinode.training.plugins.module_utils._train.privilege import root_needed
 from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     DEFAULT_ACCOUNT,
     SecurityError,
@@ -27,8 +28,14 @@ def train_account_uid(accounts, create=False):
     return decide_uid(accounts, bool(create))
 
 
+def train_root_needed(nodes, writes, run_tags=None, skip_tags=None):
+    """{node: facts} + the run's writes -> the refusal, "" when none (_train.privilege.root_needed)."""
+    return root_needed(nodes, writes, run_tags, skip_tags)
+
+
 class FilterModule:
     """multinode.training job-user filter."""
 
     def filters(self):
-        return {"train_run_user": train_run_user, "train_account_uid": train_account_uid}
+        return {"train_run_user": train_run_user, "train_account_uid": train_account_uid,
+                "train_root_needed": train_root_needed}

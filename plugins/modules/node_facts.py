@@ -29,6 +29,14 @@ options:
         C(/etc/login.defs) - from which C(playbooks/train.yml) gives the account one uid on every node.
         Empty - the account role C(train) creates (C(mtrain)).
     type: str
+  writes:
+    description:
+      - Also report, for each of these paths, what keeps the connecting user from writing it
+        (C(multinode_training_writes)) - the path itself where it exists, else its nearest existing
+        ancestor - from which C(playbooks/train.yml) names the steps that need root before any work.
+        Nothing is reported for root.
+    type: list
+    elements: str
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
 """
@@ -58,6 +66,12 @@ ansible_facts:
           accounts hold), C(sys_uid_min) and C(sys_uid_max).
       type: dict
       returned: when O(account) is set
+    multinode_training_writes:
+      description:
+        - With O(writes) - each path to the directory (or file) that keeps the connecting user from writing
+          it, or an empty string where nothing does; empty for root.
+      type: dict
+      returned: when O(writes) is set
     ansible_interfaces:
       description: The node's interface names.
       type: list

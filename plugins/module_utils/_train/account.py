@@ -53,7 +53,7 @@ def node_account_facts(name, login_defs=LOGIN_DEFS):
     return account_facts(name, [(entry.pw_name, entry.pw_uid) for entry in pwd.getpwall()], text)
 
 
-def _nodes_text(nodes):
+def nodes_text(nodes):
     return ", ".join(nodes[:8]) + (", ..." if len(nodes) > 8 else "")
 
 
@@ -76,7 +76,7 @@ def decide_uid(accounts, create):
         return {"uid": None, "error": "train_user=%s: its uid differs between the nodes (%s): the job's "
                 "files on shared storage would belong to another account on some; valid: the same uid on every "
                 "node (usermod -u on the others), or train_user=<an account with one uid everywhere, such as "
-                "your own login>" % (name, "; ".join("uid %d on %s" % (uid, _nodes_text(sorted(nodes)))
+                "your own login>" % (name, "; ".join("uid %d on %s" % (uid, nodes_text(sorted(nodes)))
                                                      for uid, nodes in sorted(by_uid.items())))}
     missing = sorted(node for node, facts in accounts.items() if facts.get("uid") is None)
     if not missing or not create:
@@ -85,10 +85,10 @@ def decide_uid(accounts, create):
         uid = next(iter(by_uid))
         taken = [node for node in missing if uid in accounts[node].get("used", [])]
         if taken:
-            holders = _nodes_text(sorted(by_uid[uid]))
+            holders = nodes_text(sorted(by_uid[uid]))
             return {"uid": None, "error": "train_user=%s: has uid %d on %s, which another account holds on %s, where "
                     "the role would create it; valid: the uid free on those nodes, or train_user=<an existing "
-                    "account with one uid everywhere>" % (name, uid, holders, _nodes_text(taken))}
+                    "account with one uid everywhere>" % (name, uid, holders, nodes_text(taken))}
         return {"uid": uid, "error": ""}
     low = max(facts.get("sys_uid_min", SYS_UID_MIN) for facts in accounts.values())
     high = min(facts.get("sys_uid_max", SYS_UID_MAX) for facts in accounts.values())

@@ -22,6 +22,7 @@ import pwd
 
 from ansible_collections.multinode.training.plugins.module_utils._nccl.interfaces import fact_key
 from ansible_collections.multinode.training.plugins.module_utils._train.account import node_account_facts
+from ansible_collections.multinode.training.plugins.module_utils._train.privilege import write_blockers
 
 # What `ip route get` asks for to find the default route's interface (as setup does).
 ROUTE_TARGETS = {4: "8.8.8.8", 6: "2404:6800::"}
@@ -167,7 +168,7 @@ def user_facts():
             "ansible_real_group_id": os.getgid(), "ansible_effective_group_id": os.getegid()}
 
 
-ARGUMENT_SPEC = {"account": {"type": "str"}}
+ARGUMENT_SPEC = {"account": {"type": "str"}, "writes": {"type": "list", "elements": "str"}}
 
 
 def ip_facts(module):
@@ -211,4 +212,6 @@ def run_module(module):
         facts, source = setup_facts(module), "setup"
     if module.params.get("account") is not None:
         facts["multinode_training_account"] = node_account_facts(module.params["account"])
+    if module.params.get("writes") is not None:
+        facts["multinode_training_writes"] = write_blockers(module.params["writes"])
     module.exit_json(changed=False, ansible_facts=facts, facts_source=source)

@@ -50,3 +50,18 @@ def test_every_documented_file_name_is_read_as_a_hostfile(tmp_path):
         assert run.returncode == 0 and json.loads(run.stdout)["train"]["hosts"] == ["huaweiyun1", "huaweiyun2"], name
     (tmp_path / "cluster_hosts").write_text(text)
     assert "train" not in json.loads(_inventory(tmp_path / "cluster_hosts").stdout)
+
+
+def test_become_for_a_hostfile_from_group_vars_beside_it(tmp_path):
+    """docs/train.md: a hostfile cannot say become; group_vars/train.yml beside it does (Ansible's own
+    host_group_vars plugin, for any inventory source)."""
+    (tmp_path / "hostfile").write_text("worker-1 slots=8\nworker-2 slots=8\n")
+    (tmp_path / "group_vars").mkdir()
+    (tmp_path / "group_vars" / "train.yml").write_text("---\nansible_become: true\nansible_user: alice\n")
+    data = json.loads(_inventory(tmp_path / "hostfile").stdout)
+    for host in ("worker-1", "worker-2"):
+        hostvars = data["_meta"]["hostvars"][host]
+        assert (hostvars["ansible_become"], hostvars["ansible_user"], hostvars["train_nproc_per_node"]) == (
+            True, "alice", 8)
+    (tmp_path / "group_vars" / "train.yml").unlink()
+    assert "ansible_become" not in json.loads(_inventory(tmp_path / "hostfile").stdout)["_meta"]["hostvars"]["worker-1"]
