@@ -315,6 +315,12 @@ firewall:
   description: C(enabled) (this node can guard the port) and C(note) (what that means).
   returned: with O(access)
   type: dict
+memlock:
+  description:
+    - The locked memory the job gets here - C(rdma) (the node's InfiniBand/RoCE devices) and C(limit) (bytes, null for
+      unlimited). A node with RDMA devices and a limit gets a warning naming it and the way out.
+  returned: with O(access)
+  type: dict
 ssh_ports:
   description: Ports ssh uses here.
   returned: with O(access)

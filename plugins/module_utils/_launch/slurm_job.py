@@ -274,7 +274,7 @@ def root_cause_line(root, preflight, batch_text, state, info, fabric=None):
 
 
 def summary_lines(job_id, job_dir, out, line):
-    """The lines the play prints: the job, one per node, the timings, the root cause."""
+    """The lines the play prints: the job, one per node, the timings, preflight's warnings, the root cause."""
     nodes, per_node, timings = out["nodes"], out["node_results"], out["timings"]
     lines = ["job %s: %s, world size %s on %d node(s), logs in %s" % (
         job_id, out["state"], out["world_size"] or "unknown", len(nodes), job_dir)]
@@ -285,6 +285,7 @@ def summary_lines(job_id, job_dir, out, line):
             or "-", entry.get("duration"), ", timed out" if entry.get("timed_out") else ""))
     lines.append("submit to first rank %s s, failure to end %s s" % (
         timings["submit_to_first_rank"], timings["failure_to_end"]))
+    lines.extend("warning: " + warning for warning in out.get("warnings") or [])
     if line:
         lines.append("root cause: " + line)
     return lines
@@ -312,7 +313,8 @@ def results(module, job_id, job_dir, info, ended_at):
     state = (info or {}).get("state") or "UNKNOWN"
     failed = state != "COMPLETED" or any(r.get("rc") not in (0, None) for r in per_node.values())
     out = {"node_results": per_node, "job_failed": failed, "nodes": nodes, "state": state,
-           "world_size": next((r["world_size"] for r in per_node.values() if r.get("world_size")), None)}
+           "world_size": next((r["world_size"] for r in per_node.values() if r.get("world_size")), None),
+           "warnings": preflight.get("warnings") or []}
     root = pick_root_cause(failures)
     line = None
     if failed:

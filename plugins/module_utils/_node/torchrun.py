@@ -3,7 +3,8 @@
 """Pure logic of the torchrun module: validate options, build the argv and the environment; the root
 cause and the report across ranks and nodes.
 
-Nothing here starts a process or imports Ansible: the module
+Nothing here starts a process or imports Ansible (``lift_memlock`` sets this process's limit for what it
+starts next): the module
 (plugins/modules/torchrun.py) does the acting; tests/unit exercises this file
 on recorded torchrun output (tests/fixtures/torchrun/). Standard library only: the Slurm path
 ships this file alone to the nodes (roles/train/tasks/slurm.yml, as ``_torchrun.py``). torchrun's
@@ -21,7 +22,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
+import resource
 
 JOB_ENV = "MULTINODE_TRAINING_JOB"
 JOB_DIR_ENV = "MULTINODE_TRAINING_JOB_DIR"
@@ -46,6 +49,88 @@ PEER_ERROR_RE = re.compile(
     r"|connection refused",
     re.IGNORECASE,
 )
+
+
+# ---------------------------------------------------------------- locked memory
+
+# NCCL over InfiniBand or RoCE registers the job's buffers with the device as locked memory (ibv_reg_mr),
+# far beyond the usual 64 KiB or 8 MiB: with a limit below what it registers, NCCL fails at its first
+# collective or the job runs over sockets. Both launchers give the job what this process may
+# (lift_memlock); preflight names a node where that is still a limit (memlock_warning).
+RDMA_SYSFS = "/sys/class/infiniband"
+CAP_SYS_RESOURCE = 24  # linux/capability.h: raise a hard resource limit
+
+
+def lift_memlock():
+    """No limit on locked memory for what this process starts. Root with CAP_SYS_RESOURCE (the
+    module under become on a host; not in a default container) lifts both limits, anyone else (a
+    Slurm step) the soft one to the hard one. The job thus never depends on a limits.d file, which
+    PAM applies only to sessions opened after it was written, and only to the account it names.
+    Returns the (soft, hard) limits now in force."""
+    unlimited = resource.RLIM_INFINITY
+    try:
+        resource.setrlimit(resource.RLIMIT_MEMLOCK, (unlimited, unlimited))
+    except (ValueError, OSError):
+        hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
+        try:
+            resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
+        except (ValueError, OSError):
+            pass
+    return resource.getrlimit(resource.RLIMIT_MEMLOCK)
+
+
+def has_capability(status_text, cap):
+    """Whether /proc/<pid>/status's CapEff line holds capability number ``cap``."""
+    for line in status_text.splitlines():
+        if line.startswith("CapEff:"):
+            return bool(int(line.split()[1], 16) >> cap & 1)
+    return False
+
+
+def job_memlock(status_path="/proc/self/status", sysfs=RDMA_SYSFS, hard=None):
+    """What lift_memlock would give the job here, without changing anything: {rdma: the node's RDMA
+    devices (InfiniBand and RoCE, sorted), limit: bytes, or None for unlimited}."""
+    try:
+        rdma = sorted(os.listdir(sysfs))
+    except OSError:
+        rdma = []
+    try:
+        with open(status_path) as handle:
+            status = handle.read()
+    except (IOError, OSError):
+        status = ""
+    hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1] if hard is None else hard
+    if has_capability(status, CAP_SYS_RESOURCE) or hard == resource.RLIM_INFINITY:
+        return {"rdma": rdma, "limit": None}
+    return {"rdma": rdma, "limit": hard}
+
+
+def _size(limit):
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if limit >= size:
+            return "%g %s" % (round(limit / float(size), 1), unit)
+    return "%d bytes" % limit
+
+
+def memlock_warning(node, memlock, launcher="ssh", user=""):
+    """"" or the warning for a node with RDMA devices whose job would run with limited locked memory
+    (``memlock``: job_memlock's answer there)."""
+    memlock = memlock or {}
+    if not memlock.get("rdma") or memlock.get("limit") is None:
+        return ""
+    if launcher == "slurm":
+        why = "the hard limit slurmd gives the job's steps"
+        fix = ("PropagateResourceLimitsExcept=MEMLOCK in slurm.conf (the submit shell's limit is not carried "
+               "over) and slurmd started with LimitMEMLOCK=infinity")
+    else:
+        why = "the hard limit of %s; root raises it only with CAP_SYS_RESOURCE" % (user or "the play's user")
+        fix = ("-b on a host where root holds CAP_SYS_RESOURCE (a container: --ulimit memlock=-1), or an unlimited "
+               "memlock hard limit for %s (nccl_tuning_system_conf: true with nccl_tuning_user, then a new "
+               "login)" % (user or "the play's user"))
+    return ("%s: NCCL over InfiniBand/RoCE (%s) registers the job's buffers as locked memory, and the job gets "
+            "%s of it here (%s): NCCL may fail registering memory (ibv_reg_mr) or fall back to sockets; valid: %s"
+            % (node, ", ".join(memlock["rdma"][:4]) + (", ..." if len(memlock["rdma"]) > 4 else ""),
+               _size(memlock["limit"]), why, fix))
 
 
 class TorchrunError(ValueError):

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import inspect
 import os
-import resource
 import signal
 import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node import supervisor
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import lift_memlock
 from ansible_collections.multinode.training.plugins.module_utils._node.supervisor import (
     GONE,
     alive,
@@ -115,25 +115,6 @@ def job_alive(pid, job_id, job_dir, started=None, proc="/proc", now=None):
     if started and (now or time.time()) - started < SPAWN_SETTLE:
         return True
     return pid in find_job_processes(job_id, proc=proc, job_dir=job_dir)
-
-
-def lift_memlock():
-    """No limit on locked memory for what this process starts: NCCL over InfiniBand or RoCE registers
-    the job's buffers as locked memory, far beyond the usual 8 MiB. Root with CAP_SYS_RESOURCE (the
-    module under become on a host; not in a default container) lifts both limits, anyone else the soft
-    one to the hard one. The job thus never depends on a limits.d file, which PAM applies only to
-    sessions opened after it was written, and only to the account it names. Returns the (soft, hard)
-    limits now in force."""
-    unlimited = resource.RLIM_INFINITY
-    try:
-        resource.setrlimit(resource.RLIMIT_MEMLOCK, (unlimited, unlimited))
-    except (ValueError, OSError):
-        hard = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1]
-        try:
-            resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
-        except (ValueError, OSError):
-            pass
-    return resource.getrlimit(resource.RLIMIT_MEMLOCK)
 
 
 def spawn(argv, env, out_fd, account, umask=0o027):

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 
+from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import job_memlock, memlock_warning
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as _train_listener
 from ansible_collections.multinode.training.plugins.module_utils._train import shared as _train_shared
 from ansible_collections.multinode.training.plugins.module_utils._train.preflight import CONNECT_TIMEOUT, probe_node
@@ -480,7 +481,7 @@ def access(p, run_command, get_bin_path, check_mode=False, is_root=None):
     is_root = (os.geteuid() == 0) if is_root is None else is_root
     problems = []
     result = dict(changed=False, access=[], paths=[], problems=problems, account_missing=False, account_created=False,
-                  groups_present=[], directories=[], listener=None, probe=None)
+                  groups_present=[], directories=[], listener=None, probe=None, memlock=job_memlock())
     problems.extend(check_ports_and_firewall(p, result, run_command, get_bin_path, is_root))
     checks, path_lines = check_paths(p, result)
     problems.extend(path_lines)
@@ -531,6 +532,14 @@ ARGUMENT_SPEC = dict(
 )
 
 
+def play_user():
+    """The name of the account this module runs as (the play's user, root under become)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
 def run_module(module):
     """The module train_node (access): ``module`` is the AnsibleModule of plugins/modules/train_node.py;
     answers through exit_json / fail_json.
@@ -548,6 +557,9 @@ def run_module(module):
         if not isinstance(entry, dict) or not entry.get("path"):
             module.fail_json(msg="job.env_files: %r: expected {var, path}" % (entry,))
     result = access(p, module.run_command, module.get_bin_path, module.check_mode)
+    warning = memlock_warning(p["node"] or "this node", result["memlock"], "ssh", play_user())
+    if warning:
+        module.warn(warning)
     if p["fail_on_problems"] and result["problems"]:
         where = "%s: " % p["node"] if p["node"] else ""
         module.fail_json(msg=where + "; ".join(result["problems"]), **result)

@@ -7,10 +7,12 @@ plugins/module_utils/_launch/slurm.py):
 
   srun ... python3 slurm_node.py preflight JOB_DIR --python P --interface I [--script S]
       on every node: record python/torch/DeepSpeed/ops (env_probe.py run by P), the
-      script's sha256 and this node's address on I in JOB_DIR/preflight/<node>.json
+      script's sha256, this node's address on I and the locked memory its job gets (with its
+      RDMA devices) in JOB_DIR/preflight/<node>.json
   python3 slurm_node.py check JOB_DIR NODE...
       on the batch host: every node recorded the same environment as the first one, the
-      first one has an address; prints that address, or fails naming the node
+      first one has an address; prints that address, or fails naming the node; warns
+      naming a node with RDMA devices where the job's locked memory is limited
   python3 slurm_node.py fabric-nodes NODE... / fabric-schedule N / fabric-verdict JOB_DIR ... NODE...
       on the batch host, with train_fabric_check warn or gate: the probe's arguments, then the
       verdict on its figures (the ssh launcher's code, _fabric_verdict.py and _fabric_schedule.py
@@ -117,8 +119,13 @@ def write_json(path, data):
 # ------------------------------------------------------------------ preflight
 
 def preflight(opts):
+    sys.path.insert(0, HERE)
+    from _torchrun import job_memlock  # pylint: disable=import-error
+
     node = node_name()
     record = {"node": node, "python": opts.python, "interface": opts.interface, "ip_version": opts.ip_version}
+    # the locked memory the job's step gets here (run lifts the soft limit to this hard one)
+    record["memlock"] = job_memlock()
     record["used_interface"], record["address"] = address(opts.interface, opts.ip_version)
     record["interfaces"] = interfaces()
     if not os.access(opts.python, os.X_OK):
@@ -178,10 +185,17 @@ def check(opts):
             with open(path) as handle:
                 records[node] = json.load(handle)
     errors = compare(records, opts.nodes)
+    sys.path.insert(0, HERE)
+    from _torchrun import memlock_warning  # pylint: disable=import-error
+
+    warnings = [line for line in (memlock_warning(node, (records.get(node) or {}).get("memlock"), "slurm")
+                                  for node in opts.nodes) if line]
+    for line in warnings:
+        sys.stderr.write("multinode.training preflight: warning: %s\n" % line)
     first = records.get(opts.nodes[0]) or {}
     addr = first.get("address") or ""
     write_json(os.path.join(opts.job_dir, "preflight.json"),
-               {"nodes": opts.nodes, "errors": errors, "rdzv_addr": addr, "records": records})
+               {"nodes": opts.nodes, "errors": errors, "warnings": warnings, "rdzv_addr": addr, "records": records})
     if errors:
         for line in errors:
             sys.stderr.write("multinode.training preflight: %s\n" % line)
@@ -252,7 +266,8 @@ def fabric_verdict(opts):
 
 def run(opts):
     sys.path.insert(0, HERE)
-    from _torchrun import JOB_DIR_ENV, JOB_ENV, STOP_GRACE, parse_env_file, recorder_env  # pylint: disable=import-error
+    from _torchrun import (  # pylint: disable=import-error
+        JOB_DIR_ENV, JOB_ENV, STOP_GRACE, lift_memlock, parse_env_file, recorder_env)
 
     node = node_name()
     job_id = "slurm-%s" % os.environ.get("SLURM_JOB_ID", "0")
@@ -285,6 +300,10 @@ def run(opts):
     write_json(os.path.join(node_dir, "job.json"),
                {"job_id": job_id, "host": node, "cmd": argv, "local_addr": addr, "start": time.time(),
                 "is_host": node == opts.first})
+    # NCCL over InfiniBand/RoCE needs locked memory: the soft limit slurmd gave the step (by default the
+    # submit shell's soft limit, capped by slurmd's hard one: slurm.conf(5) PropagateResourceLimits, Slurm
+    # 22.05) up to the hard one, for torchrun and the ranks; preflight warned where even that is a limit.
+    lift_memlock()
     # Slurm signals every process of the step: the supervisor records the stop, this waits for it.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)

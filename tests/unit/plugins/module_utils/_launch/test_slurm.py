@@ -284,6 +284,7 @@ def _helper_dir(tmp_path):
     shutil.copy(str(ROOT / "plugins" / "module_utils" / "_fabric" / "verdict.py"), str(bin_dir / "_fabric_verdict.py"))
     shutil.copy(str(ROOT / "plugins" / "module_utils" / "_fabric" / "schedule.py"),
                 str(bin_dir / "_fabric_schedule.py"))
+    shutil.copy(str(ROOT / "plugins" / "module_utils" / "_node" / "torchrun.py"), str(bin_dir / "_torchrun.py"))
     return bin_dir
 
 
@@ -445,9 +446,34 @@ def test_node_helper_check_prints_first_address(tmp_path):
     for name, addr in (("n1", "fd00::11"), ("n2", "fd00::12")):
         (tmp_path / "preflight" / (name + ".json")).write_text(
             '{"address": "%s", "environment": %s}' % (addr, __import__("json").dumps(env)))
-    out = subprocess.run(["python3", str(ROOT / "roles/train/files/slurm_node.py"), "check", str(tmp_path),
+    bin_dir = _helper_dir(tmp_path)
+    out = subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "check", str(tmp_path),
                           "n1", "n2"], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
     assert out.strip() == "[fd00::11]"
+
+
+def test_node_helper_check_warns_of_limited_locked_memory_on_an_rdma_node(tmp_path):
+    """A node with RDMA devices whose step gets 8 MiB of locked memory (the hard limit recorded by its
+    preflight): a warning naming it and the Slurm settings, in preflight.json and on stderr; no error."""
+    import json
+    env = {"python": "3.11.2", "torch": "2.13.0+cpu", "deepspeed": None, "ops": []}
+    (tmp_path / "preflight").mkdir()
+    memlock = {"n1": {"rdma": ["mlx5_0", "mlx5_1"], "limit": None}, "n2": {"rdma": ["mlx5_0"], "limit": 8 << 20},
+               "n3": {"rdma": [], "limit": 64 << 10}}
+    for name, addr in (("n1", "10.0.0.11"), ("n2", "10.0.0.12"), ("n3", "10.0.0.13")):
+        (tmp_path / "preflight" / (name + ".json")).write_text(json.dumps(
+            {"address": addr, "environment": env, "memlock": memlock[name]}))
+    bin_dir = _helper_dir(tmp_path)
+    run = subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "check", str(tmp_path), "n1", "n2", "n3"],
+                         capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "10.0.0.11"
+    warnings = json.loads((tmp_path / "preflight.json").read_text())["warnings"]
+    assert warnings == [
+        "n2: NCCL over InfiniBand/RoCE (mlx5_0) registers the job's buffers as locked memory, and the job gets 8 MiB "
+        "of it here (the hard limit slurmd gives the job's steps): NCCL may fail registering memory (ibv_reg_mr) or "
+        "fall back to sockets; valid: PropagateResourceLimitsExcept=MEMLOCK in slurm.conf (the submit shell's "
+        "limit is not carried over) and slurmd started with LimitMEMLOCK=infinity"]
+    assert "multinode.training preflight: warning: " + warnings[0] in run.stderr
 
 
 # ------------------------------------------------------------------ env mode (platforms)

@@ -104,3 +104,5 @@ def test_summary_lines_name_every_node_of_the_allocation_and_the_root_cause():
         "submit to first rank 1.2 s, failure to end None s",
         "root cause: preflight: n2: no python",
     ]
+    out["warnings"] = ["n2: NCCL over InfiniBand/RoCE (mlx5_0) ..."]
+    assert slurm_job.summary_lines("9", "/jobs/9", out, None)[-1] == "warning: n2: NCCL over InfiniBand/RoCE (mlx5_0) ..."
