@@ -231,6 +231,14 @@ options:
       marker:
         description: With O(compat.existing), the node path of the marker of its verified install (required then).
         type: path
+      unpacked:
+        description:
+          - Each wheel's installed size in bytes (relative path as in O(compat.expected_files), the C(unpacked) that
+            O(source) returns). With it, a node that is not current is refused when a filesystem lacks room for what
+            lands there - the copies it lacks (in O(compat.node_dir)) and what the install unpacks (a new release
+            beside O(compat.venv), less what the seed links over; in place in an existing environment, less what
+            it holds) - naming the paths, the free and the needed space.
+        type: dict
   seed:
     description:
       - A new release venv (just made by C(python -m venv)) gets, as hard links, the packages that the active release
@@ -358,11 +366,17 @@ wheel_path:
   returned: with O(source), success
   type: str
 files:
-  description: Every file each node gets, C(dist/<name>) or C(wheelhouse/<name>) mapped to its C(sha256), C(size) and C(src).
+  description:
+    - Every file each node gets, C(dist/<name>) or C(wheelhouse/<name>) mapped to its C(sha256), C(size), C(src) and,
+      for a wheel, C(unpacked) (its installed size).
   returned: with O(source), success
   type: dict
 record:
   description: RV(files) without the controller paths, as a node records them after a verified copy.
+  returned: with O(source), success
+  type: dict
+unpacked:
+  description: Each wheel of RV(files) mapped to its installed size in bytes (the sum of its zip members' sizes).
   returned: with O(source), success
   type: dict
 lock:

@@ -17,6 +17,7 @@ import os
 
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 from ansible_collections.multinode.training.plugins.module_utils._wheel import compat
+from ansible_collections.multinode.training.plugins.module_utils._wheel import space as _space
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
 
 RECORD_NAME = ".distributed.json"
@@ -36,16 +37,24 @@ def choose_manifest(dist_dir, manifest, wheel):
 
 
 def file_entry(path, cache=None):
-    """{sha256, size} of a controller file. cache ({path: [size, mtime_ns, sha256]}) skips re-reading a
-    file whose size and modification time are unchanged since it was hashed, and is updated in place."""
+    """{sha256, size} of a controller file, and for a wheel its installed size (unpacked, _wheel.space).
+    cache ({path: [size, mtime_ns, sha256, unpacked]}) skips re-reading a file whose size and
+    modification time are unchanged since it was hashed, and is updated in place."""
     st = os.stat(path)
+    wheel = path.endswith(".whl")
     known = (cache or {}).get(path)
-    if known and known[0] == st.st_size and known[1] == st.st_mtime_ns:
-        return {"sha256": known[2], "size": st.st_size}
-    digest = _manifest.sha256_file(path)
-    if cache is not None:
-        cache[path] = [st.st_size, st.st_mtime_ns, digest]
-    return {"sha256": digest, "size": st.st_size}
+    if known and known[0] == st.st_size and known[1] == st.st_mtime_ns and (len(known) > 3 or not wheel):
+        digest, unpacked = known[2], known[3] if len(known) > 3 else None
+    else:
+        digest = known[2] if known and known[0] == st.st_size and known[1] == st.st_mtime_ns else \
+            _manifest.sha256_file(path)
+        unpacked = _space.unpacked_size(path) if wheel else None
+        if cache is not None:
+            cache[path] = [st.st_size, st.st_mtime_ns, digest, unpacked]
+    entry = {"sha256": digest, "size": st.st_size}
+    if unpacked is not None:
+        entry["unpacked"] = unpacked
+    return entry
 
 
 def source(dist_dir, manifest_path, wheel, wheelhouse, index_url, lock="", requirement_wheels=(), cache=None,
@@ -263,4 +272,5 @@ def run_module(module):
         module.fail_json(msg="%s%s" % (p["node"] + ": " if p["node"] else "", exc), manifest_path=path)
     if cache_path and cache != before and not module.check_mode:
         save_cache(cache_path, cache)
-    module.exit_json(changed=False, record=expected_record(found["files"]), **found)
+    unpacked = dict((name, entry["unpacked"]) for name, entry in found["files"].items() if entry.get("unpacked"))
+    module.exit_json(changed=False, record=expected_record(found["files"]), unpacked=unpacked, **found)

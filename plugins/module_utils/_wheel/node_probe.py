@@ -17,6 +17,8 @@ from ansible_collections.multinode.training.plugins.module_utils._build import c
 from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import missing_flags
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
+from ansible_collections.multinode.training.plugins.module_utils._wheel import seed as _seed
+from ansible_collections.multinode.training.plugins.module_utils._wheel import space as _space
 from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import node_problems
 from ansible_collections.multinode.training.plugins.module_utils._wheel.driver import parse_driver
 from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_notes
@@ -232,6 +234,7 @@ ARGUMENT_SPEC = dict(
     lock_packages=dict(type="list", elements="str"),
     existing=dict(type="bool", default=False),
     marker=dict(type="path"),
+    unpacked=dict(type="dict"),
 )
 
 
@@ -263,6 +266,22 @@ def current(params, manifest, venv, problems):
     why = _wheel_dist.current_problems(manifest, venv, params["lock_sha256"], params["node_dir"],
                                        params["expected_files"], record_text, params["lock_packages"])
     return not why, why
+
+
+def space_needs_problems(params, venv, node):
+    """Room for the copy (in the node folder) and for what the install unpacks (a new release beside the
+    venv; in place in an existing environment), _wheel.space."""
+    if params["existing"]:
+        # pip installs what the environment lacks (DeepSpeed replaced in place)
+        target, kept = venv.get("site") or params["venv"], venv.get("packages")
+    else:
+        # a new release: what the seed step links over from the active one (both with a lock) takes no room
+        target = params["venv"] + ".releases"
+        seeded = params["lock_sha256"] and os.path.isfile(os.path.join(params["venv"], _seed.LOCK_NAME))
+        kept = venv.get("packages") if seeded else []
+    needs = [(params["node_dir"], _space.copy_bytes(params["node_dir"], params["expected_files"]), "of wheels to copy"),
+             (target, _space.install_bytes(params["unpacked"], kept), "unpacked")]
+    return _space.space_problems(node, needs)
 
 
 def run_module(module):
@@ -300,6 +319,8 @@ def run_module(module):
     for note in notes:
         module.warn(note)
     is_current, why = current(params, manifest, venv, problems)
+    if not is_current and params["unpacked"] is not None and params["node_dir"]:
+        problems.extend(space_needs_problems(params, venv, node))
     module.exit_json(
         changed=False,
         current=is_current,

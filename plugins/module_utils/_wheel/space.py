@@ -1,0 +1,118 @@
+# Copyright: multinode.training contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Disk space on a node for what role wheel_distribute copies and installs, checked before any copy.
+
+The controller reads each wheel's unpacked size from its zip directory (``unpacked_size``, exact: what
+pip writes into site-packages). The node's guard (module wheel_distribute (compat)) adds up what it
+would receive (the controller's files whose copy there is missing or of another size) and what a new
+release would unpack (the wheels whose package==version the current venv does not hold: the seed
+step carries those over as hard links), and compares each filesystem's need with its free space
+(``space_problems``). A node short of room is refused naming the path, the free and the needed
+bytes, before the wheelhouse (about 2.4 GB with a CUDA torch) is sent to any node.
+"""
+from __future__ import annotations
+
+import os
+import re
+import zipfile
+
+# a wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
+WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
+
+
+def unpacked_size(path):
+    """The bytes a wheel's files take once installed (the sum of its zip members' sizes), or None for a
+    file that is not a readable zip."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return sum(info.file_size for info in archive.infolist())
+    except (OSError, zipfile.BadZipFile):
+        return None
+
+
+def canonical(name):
+    """PEP 503's normalized project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_package(filename):
+    """(normalized name, version) from a wheel's file name, None for another file."""
+    match = WHEEL_RE.match(os.path.basename(filename))
+    return (canonical(match.group("name")), match.group("version")) if match else None
+
+
+def installed_set(packages):
+    """{(normalized name, version)} from name==version strings (the guard's venv facts)."""
+    out = set()
+    for entry in packages or []:
+        name, _sep, version = entry.partition("==")
+        out.add((canonical(name), version))
+    return out
+
+
+def copy_bytes(node_dir, expected):
+    """Bytes of the controller's files ({relative path: {size}}) whose copy in node_dir is missing or of
+    another size."""
+    total = 0
+    for name, entry in (expected or {}).items():
+        try:
+            if os.path.getsize(os.path.join(node_dir, name)) == entry["size"]:
+                continue
+        except OSError:
+            pass
+        total += int(entry["size"])
+    return total
+
+
+def install_bytes(unpacked, packages):
+    """Unpacked bytes of the wheels ({relative path: bytes}) whose package==version is not in
+    ``packages`` (what the current venv or environment holds)."""
+    have = installed_set(packages)
+    total = 0
+    for name, size in (unpacked or {}).items():
+        package = wheel_package(name)
+        if package and package not in have and size:
+            total += int(size)
+    return total
+
+
+def existing_dir(path):
+    """The path, or its nearest existing ancestor."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    return probe
+
+
+def filesystem(path):
+    """(device, free bytes) of the filesystem path is on (or would be: its nearest existing ancestor); free
+    as statvfs's f_bavail, without the blocks reserved for root."""
+    where = existing_dir(path)
+    stat = os.statvfs(where)
+    return os.stat(where).st_dev, stat.f_bavail * stat.f_frsize
+
+
+def _gib(size):
+    return "%.1f GiB" % (size / float(1 << 30))
+
+
+def space_problems(node, needs, fs=filesystem):
+    """Each filesystem whose free space is below what lands on it -> a refusal naming node, paths, free and
+    needed bytes. ``needs``: [(path, bytes, what)]; paths on one filesystem add up."""
+    by_device = {}
+    for path, size, what in needs:
+        if not size:
+            continue
+        device, free = fs(path)
+        entry = by_device.setdefault(device, {"free": free, "need": 0, "parts": []})
+        entry["need"] += size
+        entry["parts"].append("%s %s in %s" % (_gib(size), what, path))
+    problems = []
+    for entry in by_device.values():
+        if entry["need"] > entry["free"]:
+            problems.append(
+                "%s: not enough disk space: %s needs %s, its filesystem has %s free; valid: free %s there, or "
+                "wheel_distribute_venv on a filesystem with room" % (
+                    node, " and ".join(entry["parts"]), _gib(entry["need"]), _gib(entry["free"]),
+                    _gib(entry["need"] - entry["free"])))
+    return problems
