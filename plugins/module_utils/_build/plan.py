@@ -167,7 +167,8 @@ def plan(module, p):
         return dict(changed=False, nvcc=nvcc, accelerator=None, cc=p["cc"], cxx=p["cxx"])
     try:
         accelerator = torch_info.resolve_accelerator(
-            p["accelerator"], nvcc and nvcc["release"], p["torch"] or {}, host, p["torch_requirement"])
+            p["accelerator"], nvcc and nvcc["release"], p["torch"] or {}, host, p["torch_requirement"],
+            dict(os.environ, **(p["env"] or {})))
     except torch_info.TorchError as exc:
         module.fail_json(msg=str(exc), nvcc=nvcc, torch=p["torch"])
 

@@ -62,12 +62,56 @@ def from_pip_report(report_text):
     raise TorchError("the pip report resolves no torch: does deepspeed_build_torch_requirement name torch?")
 
 
-def resolve_accelerator(requested, nvcc_release, torch, host, requirement):
-    """'cpu' or 'cuda' for this build, or TorchError naming host, variable and fix."""
+def _major(release):
+    return parse_version(release)[:1]
+
+
+# DeepSpeed 0.19.8's op_builder/builder.py, cuda_minor_mismatch_ok, read in its PyPI sdist: the CUDA
+# releases within one major whose toolkit may build against a torch of another of them. Any other
+# pair of differing major.minor - a major not listed (13), a release not listed (12.7) - makes
+# assert_no_cuda_mismatch raise CUDAMismatchException at the first op, unless DS_SKIP_CUDA_CHECK=1.
+CUDA_MINOR_MISMATCH_OK = {
+    10: ("10.0", "10.1", "10.2"),
+    11: ("11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8"),
+    12: ("12.0", "12.1", "12.2", "12.3", "12.4", "12.5", "12.6", "12.8", "12.9"),
+}
+
+
+def cuda_pair_ok(nvcc_release, torch_cuda, env=None):
+    """Whether DeepSpeed's op builder compiles with this nvcc against this torch (its own rule)."""
+    sys_cuda = ".".join(str(nvcc_release).split(".")[:2])
+    torch_cuda = ".".join(str(torch_cuda).split(".")[:2])
+    if sys_cuda == torch_cuda or str((env or {}).get("DS_SKIP_CUDA_CHECK", "0")) == "1":
+        return True
+    major = _major(sys_cuda)[0]
+    ok = CUDA_MINOR_MISMATCH_OK.get(major, ())
+    return sys_cuda in ok and torch_cuda in ok
+
+
+def cuda_mismatch(requested, host, nvcc_release, torch):
+    """The refusal of a build whose nvcc and torch DeepSpeed's op builder will not compile across, so that
+    the build fails here instead of at its first op."""
+    nvcc_major = _major(nvcc_release)[0]
+    index = "https://download.pytorch.org/whl/cu%d<minor>" % nvcc_major
+    return ("deepspeed_build_accelerator=%s on %s: nvcc %s and the CUDA %s of torch %s do not match, and "
+            "DeepSpeed compiles no op across them (within one major only the releases of its "
+            "cuda_minor_mismatch_ok); valid: a torch built for CUDA %d "
+            "(deepspeed_build_torch_requirement=torch==<version>+cu%d<minor> with deepspeed_build_pip_args "
+            "['--extra-index-url', '%s']: DeepSpeed still comes from PyPI), a CUDA %s toolkit first on PATH or in "
+            "CUDA_HOME (deepspeed_build_env), or deepspeed_build_accelerator=cpu"
+            % (requested, host, nvcc_release, torch.get("cuda"), torch.get("version"), nvcc_major, nvcc_major, index,
+               ".".join(str(torch.get("cuda")).split(".")[:2])))
+
+
+def resolve_accelerator(requested, nvcc_release, torch, host, requirement, env=None):
+    """'cpu' or 'cuda' for this build, or TorchError naming host, variable and fix. env: the build's
+    environment (deepspeed_build_env: DS_SKIP_CUDA_CHECK)."""
     torch_cuda = torch.get("cuda")
     if requested == "cpu":
         return "cpu"
     if requested == "auto":
+        if nvcc_release and torch_cuda and not cuda_pair_ok(nvcc_release, torch_cuda, env):
+            raise TorchError(cuda_mismatch(requested, host, nvcc_release, torch))
         return "cuda" if (nvcc_release and torch_cuda) else "cpu"
     problems = []
     if not nvcc_release:
@@ -80,9 +124,11 @@ def resolve_accelerator(requested, nvcc_release, torch, host, requirement):
         problems.append("torch %s from deepspeed_build_torch_requirement=%r is a CPU build: use a CUDA build "
                         "(e.g. deepspeed_build_pip_args: ['--index-url', 'https://download.pytorch.org/whl/cu128'])"
                         % (torch.get("version"), requirement))
-    if nvcc_release and torch_cuda and parse_version(nvcc_release)[:1] != parse_version(torch_cuda)[:1]:
-        problems.append("nvcc %s and torch's CUDA %s differ in major version: DeepSpeed refuses to compile "
-                        "such ops; install a matching toolkit or torch" % (nvcc_release, torch_cuda))
+    if nvcc_release and torch_cuda and torch_cuda != "unknown" and not cuda_pair_ok(nvcc_release, torch_cuda, env):
+        if not problems:
+            raise TorchError(cuda_mismatch(requested, host, nvcc_release, torch))
+        problems.append("nvcc %s and torch's CUDA %s do not match: DeepSpeed refuses to compile such ops; install "
+                        "a matching toolkit or torch" % (nvcc_release, torch_cuda))
     if problems:
         raise TorchError("deepspeed_build_accelerator=cuda cannot build on %s: %s. Valid choices here: %s."
                          % (host, "; ".join(problems), "'cpu' or 'auto'"))

@@ -43,6 +43,28 @@ def test_auto():
     assert ti.resolve_accelerator("auto", "13.0", CUDA_TORCH, "h", "torch") == "cuda"
     assert ti.resolve_accelerator("auto", "13.0", CPU_TORCH, "h", "torch") == "cpu"
     assert ti.resolve_accelerator("auto", None, CUDA_TORCH, "h", "torch") == "cpu"
+    # within CUDA 12, DeepSpeed accepts the releases of its list across each other
+    assert ti.resolve_accelerator("auto", "12.4", {"version": "2.5.1+cu121", "cuda": "12.1"}, "h", "") == "cuda"
+
+
+def test_auto_refuses_what_deepspeeds_op_builder_would_refuse_before_compiling():
+    """The issue's walk: nvcc 12.4 on the build host, the default torch==2.13.0 (PyPI: CUDA 13.0)."""
+    with pytest.raises(ti.TorchError) as err:
+        ti.resolve_accelerator("auto", "12.4", CUDA_TORCH, "build01", "torch==2.13.0")
+    assert str(err.value) == (
+        "deepspeed_build_accelerator=auto on build01: nvcc 12.4 and the CUDA 13.0 of torch 2.13.0+cu130 do not "
+        "match, and DeepSpeed compiles no op across them (within one major only the releases of its "
+        "cuda_minor_mismatch_ok); valid: a torch built for CUDA 12 "
+        "(deepspeed_build_torch_requirement=torch==<version>+cu12<minor> with deepspeed_build_pip_args "
+        "['--extra-index-url', 'https://download.pytorch.org/whl/cu12<minor>']: DeepSpeed still comes from PyPI), "
+        "a CUDA 13.0 toolkit first on PATH or in CUDA_HOME (deepspeed_build_env), or deepspeed_build_accelerator=cpu")
+    # CUDA 13 is not in DeepSpeed 0.19.8's list: 13.1 against 13.0 fails its check too; 12.7 was never released
+    for nvcc, torch in (("13.1", CUDA_TORCH), ("12.7", {"version": "2.5.1+cu124", "cuda": "12.4"}),
+                        ("13.0", {"version": "2.5.1+cu118", "cuda": "11.8"})):
+        with pytest.raises(ti.TorchError):
+            ti.resolve_accelerator("auto", nvcc, torch, "b", "")
+    # DeepSpeed's own way past its check
+    assert ti.resolve_accelerator("auto", "13.1", CUDA_TORCH, "b", "", {"DS_SKIP_CUDA_CHECK": "1"}) == "cuda"
 
 
 def test_cuda_on_this_machine_kind_is_refused():
@@ -60,7 +82,7 @@ def test_cuda_without_nvcc_and_major_mismatch():
     assert "no nvcc on b" in str(err.value)
     with pytest.raises(ti.TorchError) as err:
         ti.resolve_accelerator("cuda", "12.4", CUDA_TORCH, "b", "torch")
-    assert "differ in major version" in str(err.value)
+    assert str(err.value).startswith("deepspeed_build_accelerator=cuda on b: nvcc 12.4 and the CUDA 13.0 of torch")
 
 
 class FakeModule:
