@@ -17,16 +17,16 @@ def _wheel(path, members):
     return path
 
 
-def test_unpacked_size_is_the_sum_of_the_zip_members_not_the_file_size(tmp_path):
+def test_unpacked_size_is_the_members_and_their_bytecode_not_the_file_size(tmp_path):
     wheel = _wheel(tmp_path / "six-1.17.0-py2.py3-none-any.whl", {"six.py": 300000, "six-1.17.0.dist-info/RECORD": 100})
-    assert space.unpacked_size(str(wheel)) == 300100
+    assert space.unpacked_size(str(wheel)) == 300100 + 450000  # six.py, RECORD, the .pyc pip compiles
     assert os.path.getsize(str(wheel)) < 10000  # zeros compress: the copy is small, the install is not
     (tmp_path / "notes.txt").write_text("x")
     assert space.unpacked_size(str(tmp_path / "notes.txt")) is None
 
 
 def test_the_controller_entry_and_its_cache_carry_a_wheels_unpacked_size(tmp_path):
-    wheel = _wheel(tmp_path / "six-1.17.0-py2.py3-none-any.whl", {"six.py": 5000})
+    wheel = _wheel(tmp_path / "six-1.17.0-py2.py3-none-any.whl", {"six.so": 5000})
     cache = {}
     assert _wheel_dist.file_entry(str(wheel), cache)["unpacked"] == 5000
     assert cache[str(wheel)][3] == 5000
@@ -60,9 +60,9 @@ def test_copy_counts_what_the_node_lacks_install_what_it_does_not_hold(tmp_path)
     assert space.copy_bytes(str(tmp_path), expected) == (190 << 20) + 2000
     unpacked = {"wheelhouse/six-1.17.0-py2.py3-none-any.whl": 50000,
                 "wheelhouse/torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": 700 << 20}
-    assert space.install_bytes(unpacked, []) == (700 << 20) + 50000
-    assert space.install_bytes(unpacked, ["torch==2.13.0+cpu"]) == 50000
-    assert space.install_bytes(unpacked, ["torch==2.12.0"]) == (700 << 20) + 50000
+    assert space.install_bytes(unpacked, []) == int(((700 << 20) + 50000) * space.ON_DISK)
+    assert space.install_bytes(unpacked, ["torch==2.13.0+cpu"]) == int(50000 * space.ON_DISK)
+    assert space.install_bytes(unpacked, ["torch==2.12.0"]) == int(((700 << 20) + 50000) * space.ON_DISK)
 
 
 def test_needs_on_one_filesystem_add_up_and_name_paths_free_and_need():
