@@ -219,9 +219,13 @@ class FailModule:
     def __init__(self, p, run=no_run):
         self.params, self.check_mode, self.run_command = dict(p, node="node1", fail_on_problems=True), False, run
         self.failed = self.exited = None
+        self.warnings = []
 
     def get_bin_path(self, _name, *_args, **_kw):
         return None
+
+    def warn(self, text):
+        self.warnings.append(text)
 
     def fail_json(self, **kw):
         self.failed = kw
@@ -624,3 +628,17 @@ def test_a_killed_listener_counts_as_gone_once_a_zombie(tmp_path, stat, running)
     (tmp_path / "4242" / "stat").write_bytes(stat)
     assert lis.running(4242, str(tmp_path)) is running
     assert lis.running(4243, str(tmp_path)) is False
+
+
+def test_a_node_with_rdma_devices_and_limited_locked_memory_gets_a_warning(monkeypatch):
+    """The security step's call reports what the launcher would give the job (job_memlock, here a node
+    with two RDMA devices and 8 MiB) and warns naming the node and the play's user; nothing is refused."""
+    monkeypatch.setattr(acc, "job_memlock", lambda: {"rdma": ["mlx5_0", "mlx5_1"], "limit": 8 << 20})
+    module = run_access(params())
+    assert module.exited is not None and module.exited["memlock"] == {"rdma": ["mlx5_0", "mlx5_1"], "limit": 8 << 20}
+    assert len(module.warnings) == 1 and module.warnings[0].startswith(
+        "node1: NCCL over InfiniBand/RoCE (mlx5_0, mlx5_1) registers the job's buffers as locked memory, and the job "
+        "gets 8 MiB of it here (the hard limit of %s;" % acc.play_user())
+    monkeypatch.setattr(acc, "job_memlock", lambda: {"rdma": ["mlx5_0"], "limit": None})
+    assert run_access(params()).warnings == []
+
