@@ -231,6 +231,12 @@ options:
       marker:
         description: With O(compat.existing), the node path of the marker of its verified install (required then).
         type: path
+      overlay:
+        description:
+          - With O(compat.existing), the path of the environment's overlay (filter
+            P(multinode.training.env_overlay#filter)) - the venv of the environment's python that holds the wheel; the
+            environment is probed through it once it exists, and RV(overlay) says what the install writes for it.
+        type: path
       unpacked:
         description:
           - Each wheel's installed size in bytes (relative path as in O(compat.expected_files), the C(unpacked) that
@@ -378,6 +384,12 @@ record:
 unpacked:
   description: Each wheel of RV(files) mapped to its installed size in bytes (the sum of its zip members' sizes).
   returned: with O(source), success
+  type: dict
+overlay:
+  description:
+    - With O(compat.existing) and O(compat.overlay) - C(path), C(pth) (the .pth file in its site-packages) and C(pth_text)
+      (the line that adds the environment's site directories after the overlay's own); null otherwise.
+  returned: with O(compat)
   type: dict
 lock:
   description: Path of the lock file.

@@ -17,6 +17,7 @@ from ansible_collections.multinode.training.plugins.module_utils._build import c
 from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import missing_flags
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
+from ansible_collections.multinode.training.plugins.module_utils._wheel import overlay as _overlay
 from ansible_collections.multinode.training.plugins.module_utils._wheel import seed as _seed
 from ansible_collections.multinode.training.plugins.module_utils._wheel import space as _space
 from ansible_collections.multinode.training.plugins.module_utils._wheel.compat import node_problems
@@ -121,8 +122,13 @@ def venv_facts(path):
 # every distribution it sees, read through importlib.metadata as that python resolves them (a conda env,
 # an NGC container's dist-packages: no path is guessed).
 EXISTING_ENV_SCRIPT = r'''
-import importlib.metadata as md, importlib.util as iu, json, os, sysconfig
-out = {"site": sysconfig.get_paths()["purelib"], "torch": None, "version_py": None, "packages": []}
+import importlib.metadata as md, importlib.util as iu, json, os, site, sysconfig
+paths = sysconfig.get_paths()
+sites = []
+for where in list(site.getsitepackages()) + [paths["purelib"], paths["platlib"]]:
+    if where not in sites and os.path.isdir(where):
+        sites.append(where)
+out = {"site": paths["purelib"], "torch": None, "version_py": None, "packages": [], "sites": sites}
 for dist in md.distributions():
     name = dist.metadata["Name"]
     if name:
@@ -156,18 +162,22 @@ def read_marker(path):
         return {"error": "unreadable marker %s" % path}
 
 
-def existing_env_facts(module, path, marker_path):
+def existing_env_facts(module, path, marker_path, overlay=None):
     """An existing environment (a venv, a conda env, an NGC container's prefix: its python is
-    <path>/bin/python), asked through its own python: the same keys as venv_facts, plus existing, site
-    (where its DeepSpeed is) and error (its python cannot say). Its marker is the file at marker_path
-    (the node directory: nothing of this collection is written into the environment but the wheel)."""
+    <path>/bin/python), asked through its own python, or through its overlay's once there is one
+    (_wheel.overlay: what the job runs): the same keys as venv_facts, plus existing, site (where its
+    DeepSpeed is), sites (the environment's site directories, which the overlay reads), overlay (its
+    path, null without one) and error (the python cannot say). Its marker is the file at marker_path
+    (the node directory: nothing of this collection is written into the environment)."""
     facts = {"path": path, "state": "absent", "symlink": os.path.islink(path), "marker": None, "torch": None,
              "torch_cuda": None, "target": os.path.realpath(path), "existing": True, "site": None,
-             "packages": []}
+             "packages": [], "sites": [], "overlay": None}
     facts.update(path_state(path))
     if facts["state"] != "directory":
         return facts
     python = os.path.join(path, "bin", "python")
+    if overlay and os.path.isfile(os.path.join(overlay, "pyvenv.cfg")):
+        facts["overlay"], python = overlay, os.path.join(overlay, "bin", "python")
     try:
         rc, out, err = module.run_command([python, "-c", EXISTING_ENV_SCRIPT], handle_exceptions=False)
     except OSError as exc:
@@ -179,9 +189,16 @@ def existing_env_facts(module, path, marker_path):
     if answer is None:
         facts["error"] = "%s: %s" % (python, " ".join(((err or out).strip() or "exit status %d" % rc).split())[-300:])
         return facts
+    if facts["overlay"]:
+        # the environment's site directories, as the overlay's .pth names them
+        facts["sites"] = _overlay.pth_sites(answer.get("sites") or [])
+    else:
+        facts["sites"] = answer.get("sites") or [answer["site"]]
     facts.update(site=answer["site"], torch=answer["torch"], packages=sorted(answer["packages"]),
                  torch_cuda=parse_torch_cuda(answer["version_py"]) if answer["version_py"] else None,
-                 marker=read_marker(marker_path))
+                 # asked for an overlay that is not there (yet): no verified install, whatever an
+                 # install into the environment itself (before overlays) left as its marker
+                 marker=read_marker(marker_path) if facts["overlay"] or not overlay else None)
     return facts
 
 
@@ -234,6 +251,7 @@ ARGUMENT_SPEC = dict(
     lock_packages=dict(type="list", elements="str"),
     existing=dict(type="bool", default=False),
     marker=dict(type="path"),
+    overlay=dict(type="path"),
     unpacked=dict(type="dict"),
 )
 
@@ -272,8 +290,8 @@ def space_needs_problems(params, venv, node):
     """Room for the copy (in the node folder) and for what the install unpacks (a new release beside the
     venv; in place in an existing environment), _wheel.space."""
     if params["existing"]:
-        # pip installs what the environment lacks (DeepSpeed replaced in place)
-        target, kept = venv.get("site") or params["venv"], venv.get("packages")
+        # pip installs what the environment lacks into its overlay
+        target, kept = params["overlay"] or params["venv"], venv.get("packages")
     else:
         # a new release: what the seed step links over from the active one (both with a lock) takes no room
         target = params["venv"] + ".releases"
@@ -308,7 +326,7 @@ def run_module(module):
     if params["existing"]:
         if not params["marker"]:
             module.fail_json(msg="compat.existing needs compat.marker (the path of its marker on the node)")
-        venv = existing_env_facts(module, params["venv"], params["marker"])
+        venv = existing_env_facts(module, params["venv"], params["marker"], params["overlay"])
         commands.append([python_path, "-c", "<existing environment probe>"])
     else:
         venv = venv_facts(params["venv"])
@@ -321,8 +339,12 @@ def run_module(module):
     is_current, why = current(params, manifest, venv, problems)
     if not is_current and params["unpacked"] is not None and params["node_dir"]:
         problems.extend(space_needs_problems(params, venv, node))
+    overlay = None
+    if params["existing"] and params["overlay"]:
+        overlay = _overlay.plan(params["overlay"], python.get("version"), venv.get("sites") or [])
     module.exit_json(
         changed=False,
+        overlay=overlay,
         current=is_current,
         current_problems=why,
         env=_wheel_dist.env_from_marker(venv["marker"]) if is_current else {},
