@@ -641,4 +641,3 @@ def test_a_node_with_rdma_devices_and_limited_locked_memory_gets_a_warning(monke
         "gets 8 MiB of it here (the hard limit of %s;" % acc.play_user())
     monkeypatch.setattr(acc, "job_memlock", lambda: {"rdma": ["mlx5_0"], "limit": None})
     assert run_access(params()).warnings == []
-
