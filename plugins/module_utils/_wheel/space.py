@@ -16,6 +16,8 @@ import os
 import re
 import zipfile
 
+from ansible_collections.multinode.training.plugins.module_utils._data.sync import human
+
 # a wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
 WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
@@ -102,10 +104,6 @@ def filesystem(path):
     return os.stat(where).st_dev, stat.f_bavail * stat.f_frsize
 
 
-def _gib(size):
-    return "%.1f GiB" % (size / float(1 << 30))
-
-
 def space_problems(node, needs, fs=filesystem):
     """Each filesystem whose free space is below what lands on it -> a refusal naming node, paths, free and
     needed bytes. ``needs``: [(path, bytes, what)]; paths on one filesystem add up."""
@@ -116,13 +114,13 @@ def space_problems(node, needs, fs=filesystem):
         device, free = fs(path)
         entry = by_device.setdefault(device, {"free": free, "need": 0, "parts": []})
         entry["need"] += size
-        entry["parts"].append("%s %s in %s" % (_gib(size), what, path))
+        entry["parts"].append("%s %s in %s" % (human(size), what, path))
     problems = []
     for entry in by_device.values():
         if entry["need"] > entry["free"]:
             problems.append(
                 "%s: not enough disk space: %s needs %s, its filesystem has %s free; valid: free %s there, or "
                 "wheel_distribute_venv on a filesystem with room" % (
-                    node, " and ".join(entry["parts"]), _gib(entry["need"]), _gib(entry["free"]),
-                    _gib(entry["need"] - entry["free"])))
+                    node, " and ".join(entry["parts"]), human(entry["need"]), human(entry["free"]),
+                    human(entry["need"] - entry["free"])))
     return problems

@@ -73,7 +73,7 @@ def test_needs_on_one_filesystem_add_up_and_name_paths_free_and_need():
     assert space.space_problems("node2", needs, fs.get) == [
         "node2: not enough disk space: 2.0 GiB of wheels to copy in /var/cache/multinode-training and 1.5 GiB "
         "unpacked in /opt/multinode-training/venv.releases needs 3.5 GiB, its filesystem has 3.0 GiB free; valid: "
-        "free 0.5 GiB there, or wheel_distribute_venv on a filesystem with room"]
+        "free 512.0 MiB there, or wheel_distribute_venv on a filesystem with room"]
     # the venv on another filesystem: each fits
     needs[1] = ("/data/venv.releases", int(1.5 * GIB), "unpacked")
     assert space.space_problems("node2", needs, fs.get) == []
