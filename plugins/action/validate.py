@@ -27,8 +27,8 @@ FACT = "multinode_training_validated"
 PLAYBOOK_VARIABLES = ("train_hosts",)
 # Facts the roles return (their READMEs): a playbook that imports build_deepspeed then train has them set
 # by the time train's first play validates.
-RETURNED = ("deepspeed_build_manifest", "deepspeed_build_plan", "deepspeed_build_torch", "nccl_tuning_detected",
-            "nccl_tuning_fabric_comparison", "nccl_tuning_launcher_env", "nccl_tuning_system_files",
+RETURNED = ("deepspeed_build_manifest", "deepspeed_build_plan", "deepspeed_build_torch", "deepspeed_build_torch_choice",
+            "nccl_tuning_detected", "nccl_tuning_fabric_comparison", "nccl_tuning_launcher_env", "nccl_tuning_system_files",
             "nccl_tuning_transport", "toolchain_gcc",
             "wheel_distribute_env", "wheel_distribute_lock", "wheel_distribute_python")
 

@@ -12,7 +12,8 @@ description:
   - The steps role P(multinode.training.deepspeed_build#role) takes on the build host and the controller, and the gcc
     choice of role P(multinode.training.toolchain#role); each task gives exactly one step, as the option of that name,
     with the step's own options.
-  - In the roles' order - O(gcc_plan) (which gcc to install), O(probe) (everything decided before a build, and whether
+  - In the roles' order - O(gpus) (on the training nodes - their driver and GPUs, for a torch requirement C(auto)),
+    O(gcc_plan) (which gcc to install), O(probe) (everything decided before a build, and whether
     the wheel is built already), O(plan) (accelerator, arch list, ops, compiler), O(stage) (a clean copy of the source
     beside the build venv's torch), O(manifest) (check the built ops, write the manifest, publish), O(dist_check) and
     O(dist_commit) (on the controller - what dist/ lacks, then the fetched files moved in).
@@ -145,7 +146,11 @@ options:
         type: str
         default: python3
       torch_requirement:
-        description: The torch requirement the ops compile against.
+        description:
+          - The torch requirement the ops compile against; C(auto) picks the build of torch 2.13.0 whose CUDA every GPU
+            node's driver runs (O(probe.nodes) and this host), whose kernels cover their GPUs and that this host's nvcc
+            compiles against (RV(torch_choice)). A C(+cuXYZ) build is resolved with the PyTorch index of that CUDA
+            added, unless O(probe.pip_args) names an index, a find-links folder or C(--no-index) of its own.
         type: str
         required: true
       pip_args:
@@ -185,6 +190,22 @@ options:
         default: true
       gcc:
         description: The gcc major the build compiles with (C(gcc-N), C(g++-N)); empty for the default C(gcc), C(g++).
+        type: str
+        default: ''
+      nodes:
+        description:
+          - For O(probe.torch_requirement=auto) - the GPU nodes the wheel is for, by name, each as step O(gpus)
+            answered there (C(driver), C(gpus), C(error)).
+        type: dict
+        default: {}
+  gpus:
+    description:
+      - This node's NVIDIA GPUs and driver, read from nvidia-smi, as the fact C(multinode_training_gpus)
+        with C(driver), C(gpus) and C(error), for O(probe.nodes). No nvidia-smi - no GPUs, no error. Read-only.
+    type: dict
+    suboptions:
+      nvidia_smi:
+        description: The nvidia-smi to run; empty finds it on PATH.
         type: str
         default: ''
   plan:
@@ -543,6 +564,27 @@ python:
   description: The build interpreter (version, tag, platform, pip, venv, headers).
   returned: with O(probe)
   type: dict
+torch_choice:
+  description:
+    - The torch requirement the build uses, the pip arguments of its resolution, install and download (with the
+      PyTorch index that a C(+cuXYZ) build adds), and for C(auto) why it was picked.
+  returned: with O(probe)
+  type: dict
+  contains:
+    requirement:
+      description: The requirement, e.g. C(torch==2.13.0+cu126).
+      type: str
+    pip_args:
+      description: O(probe.pip_args) and RV(torch_choice.index_args).
+      type: list
+      elements: str
+    index_args:
+      description: What a C(+cuXYZ) build adds, e.g. C(--extra-index-url https://download.pytorch.org/whl/cu126).
+      type: list
+      elements: str
+    reason:
+      description: For C(auto) - the driver, GPUs and nvcc that decided, and the builds left out with why.
+      type: str
 torch:
   description:
     - O(probe) - C({version, cuda}) of the torch the build uses; empty when no pip could tell yet.
@@ -714,6 +756,7 @@ from ansible_collections.multinode.training.plugins.module_utils._build import g
 STEPS = {
     "gcc_plan": (gcc_plan.ARGUMENT_SPEC, gcc_plan.run_module, {}),
     "probe": (probe.ARGUMENT_SPEC, probe.run_module, {}),
+    "gpus": (probe.GPUS_SPEC, probe.run_gpus, {}),
     "plan": (plan.ARGUMENT_SPEC, plan.run_module, {}),
     "stage": (stage.STAGE_SPEC, stage.run_stage, {}),
     "manifest": (wheel_manifest.ARGUMENT_SPEC, wheel_manifest.run_module, {}),

@@ -15,7 +15,11 @@ import platform
 from ansible.module_utils.facts.system.distribution import DistributionFactCollector
 from ansible_collections.multinode.training.plugins.module_utils._build import plan as _build_plan
 from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed as _deepspeed_build
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils._build import nvcc as _nvcc
 from ansible_collections.multinode.training.plugins.module_utils._build import torch_info
+from ansible_collections.multinode.training.plugins.module_utils._build import torch_pick
+from ansible_collections.multinode.training.plugins.module_utils._wheel import node_probe
 
 ARGUMENT_SPEC = dict(
     source=dict(type="str", default="pypi", choices=["pypi", "git", "local"]),
@@ -39,19 +43,61 @@ ARGUMENT_SPEC = dict(
     install_prerequisites=dict(type="bool", default=True),
     wheelhouse=dict(type="bool", default=True),
     gcc=dict(type="str", default=""),
+    nodes=dict(type="dict", default={}),
 )
+
+
+GPUS_SPEC = dict(nvidia_smi=dict(type="str", default=""))
+
+
+def run_gpus(module):
+    """The gpus step: this node's GPUs and driver as the fact multinode_training_gpus, for the build's probe."""
+    module.exit_json(changed=False, ansible_facts={"multinode_training_gpus": read_gpus(module)})
+
+
+def read_gpus(module):
+    """This host's GPUs and NVIDIA driver from nvidia-smi: {driver, gpus, error} (the `gpus` step's answer)."""
+    smi = module.params.get("nvidia_smi") or module.get_bin_path("nvidia-smi")
+    gpus, _commands, error = cuda_arch.query_gpus(module.run_command, smi)
+    driver = None
+    if gpus and not error:
+        driver, _commands, error = node_probe.query_driver(module.run_command, smi)
+    return {"driver": driver, "gpus": gpus, "error": error}
+
+
+def choose_torch(module, result):
+    """The torch requirement and the pip arguments of its resolution, install and download: `auto` picked for
+    the GPU nodes' drivers (_build/torch_pick.py; ``nodes``: the `gpus` step's answers), the PyTorch index
+    added for a `+cuXYZ` build; result['torch_choice'] says which and why."""
+    p = module.params
+    requirement, reason = p["torch_requirement"], ""
+    if requirement == "auto":
+        nodes = dict(p["nodes"] or {})
+        nodes["%s (the build host)" % platform.node()] = read_gpus(module)
+        nvcc = None if p["accelerator"] == "cpu" else _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, ""))
+        try:
+            choice = torch_pick.pick(nodes, nvcc and nvcc["release"], dict(os.environ, **(p["env"] or {})))
+        except torch_info.TorchError as exc:
+            module.fail_json(msg=str(exc))
+        requirement, reason = choice["requirement"], choice["reason"]
+    extra = torch_pick.index_args(requirement, p["pip_args"])
+    result["torch_choice"] = {"requirement": requirement, "pip_args": p["pip_args"] + extra, "index_args": extra,
+                              "reason": reason}
+    return result["torch_choice"]
 
 
 def probe_python(module, venv_python, result):
     """The torch to build against and the build python's facts, into result; returns the python facts."""
     p = module.params
     # The torch to build against: this run's first probe resolved it, or pip's dry run (_build.torch_info).
+    choice = choose_torch(module, result)
     if (p["torch"] or {}).get("version"):
         # Resolved by this run's first probe: pip's dry run would answer the same.
         torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))
     else:
-        torch = torch_info.resolve(module, dict(requirement=p["torch_requirement"], python=p["python"],
-                                                venv_python=venv_python, pip_args=p["pip_args"]),
+        torch = torch_info.resolve(module, dict(requirement=choice["requirement"], python=p["python"],
+                                                venv_python=venv_python, pip_args=choice["pip_args"],
+                                                why=choice["reason"]),
                                    installed_first=_deepspeed_build.installed_torch)
     python_bin = p["python"] if os.path.isabs(p["python"]) else module.get_bin_path(p["python"])
     result["pip_python"] = venv_python if os.access(venv_python, os.X_OK) else python_bin
@@ -99,7 +145,7 @@ def probe_plan(module, source, result):
     p = module.params
     plan_params = _build_plan.defaults()
     plan_params.update(accelerator=p["accelerator"], cuda_arch_list=p["cuda_arch_list"], ops=p["ops"],
-                       torch=result["torch"], torch_requirement=p["torch_requirement"], jobs=p["jobs"],
+                       torch=result["torch"], torch_requirement=result["torch_choice"]["requirement"], jobs=p["jobs"],
                        env=p["env"], install_prerequisites=p["install_prerequisites"],
                        deepspeed_version=source.get("version"), **compilers(p["gcc"]))
     torch_known = bool(result["torch"]) or p["accelerator"] != "auto"
@@ -129,7 +175,8 @@ def probe_built(module, source, python, result):
                   manifest_sha256=found["manifest_sha256"])
     if found["manifest"] and p["wheelhouse"]:
         result["wheelhouse_key"] = _deepspeed_build.wheelhouse_key(
-            os.path.basename(found["manifest_path"]), key, p["torch_requirement"], p["pip_args"])
+            os.path.basename(found["manifest_path"]), key, result["torch_choice"]["requirement"],
+            result["torch_choice"]["pip_args"])
         result["wheelhouse_current"] = (_deepspeed_build.read_stamp(os.path.join(out_dir, "wheelhouse", ".stamp"))
                                         == result["wheelhouse_key"])
 

@@ -169,6 +169,13 @@ def _environment_torch(module, p):
     return dict(resolved=True, source="environment", **json.loads(out))
 
 
+def _shown(p):
+    """The requirement as a message shows it: `auto` with what it picked and why."""
+    if p.get("why"):
+        return "auto (it picked %s: %s)" % (p["requirement"], p["why"])
+    return repr(p["requirement"])
+
+
 def resolve(module, p, installed_first=None):
     """{resolved, version, cuda, source} or {resolved: False, reason}; refusals through module.fail_json.
 
@@ -204,8 +211,8 @@ def resolve(module, p, installed_first=None):
             return dict(resolved=True, **found)
         last = (err.strip().splitlines() or ["rc=%d" % rc])[-1]
         if "No matching distribution" in err or "Could not find a version" in err:
-            module.fail_json(msg="deepspeed_build_torch_requirement=%r: pip finds no such torch: %s"
-                             % (p["requirement"], last))
+            module.fail_json(msg="deepspeed_build_torch_requirement=%s: pip finds no such torch: %s"
+                             % (_shown(p), last))
         tried.append("%s: %s" % (python, last))
     return dict(resolved=False,
                 reason="no pip could resolve it yet (%s)" % ("; ".join(tried) or "no interpreter found"))

@@ -57,7 +57,8 @@ def test_the_plan_is_for_the_compilers_deepspeed_build_gcc_names(monkeypatch, tm
     planned = []
     monkeypatch.setattr(probe._build_plan, "plan", lambda module, p: planned.append(p) or {"cc": p["cc"]})
     module = Bins(bins, gcc=gcc, version="0.19.8", workdir=str(tmp_path), torch_requirement="torch")
-    result = {"torch": {"version": "2.13.0+cpu", "cuda": None}, "torch_reason": ""}
+    result = {"torch": {"version": "2.13.0+cpu", "cuda": None}, "torch_reason": "",
+              "torch_choice": {"requirement": "torch", "pip_args": []}}
     assert probe.probe_plan(module, {"ready": True, "tree": str(tmp_path), "version": "0.19.8"}, result) is full
     assert (planned[0]["cc"], planned[0]["cxx"]) == (cc, cxx)
     assert planned[0]["phase"] == ("full" if full else "inputs")
