@@ -585,6 +585,11 @@ torch_choice:
     reason:
       description: For C(auto) - the driver, GPUs and nvcc that decided, and the builds left out with why.
       type: str
+summary:
+  description: What the build makes and why, one line (accelerator, ops, torch, nvcc, GPU code); empty while the
+    plan has no accelerator yet.
+  returned: with O(probe)
+  type: str
 torch:
   description:
     - O(probe) - C({version, cuda}) of the torch the build uses; empty when no pip could tell yet.

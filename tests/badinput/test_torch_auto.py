@@ -78,6 +78,9 @@ def test_driver_580_picks_pypis_cuda_13_torch_and_says_why(runs):
     assert proc.returncode == 0, failure_messages(report) or proc.stderr[-2000:]
     assert said == ["localhost: deepspeed_build_torch_requirement=auto picked torch==2.13.0: the lowest NVIDIA driver "
                     "of the 1 GPU node(s), 580.95.05 on gpu580, runs CUDA 13.0; nvcc 13.0 compiles against it"], said
+    # Then the one line on what the build makes and why (its content depends on the torch pip resolves here).
+    plan = messages(report, "Say what the build makes, and why")
+    assert len(plan) == 1 and plan[0].startswith(("localhost: a cpu wheel", "localhost: a cuda wheel")), plan
 
 
 def test_driver_550_picks_a_cuda_12_torch_and_says_why(runs):

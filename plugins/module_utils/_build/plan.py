@@ -197,6 +197,27 @@ def plan(module, p):
     return result
 
 
+def summary(planned, torch, accelerator, arch_list):
+    """One line, said before any work: what the build makes and why (``planned``: the probe's plan;
+    ``accelerator``, ``arch_list``: the variables as given). Empty while the plan has no accelerator yet."""
+    chosen = (planned or {}).get("accelerator")
+    if not chosen:
+        return ""
+    ops = [op["name"] if isinstance(op, dict) else op for op in planned.get("ops") or []]
+    made = "a %s wheel%s against torch %s" % (chosen, " (ops %s)" % ", ".join(ops) if ops else "", torch.get("version"))
+    nvcc = (planned.get("nvcc") or {}).get("release")
+    if chosen == "cpu":
+        why = ("deepspeed_build_accelerator=cpu" if accelerator == "cpu" else
+               "auto: no nvcc on the build host" if not nvcc else "auto: torch %s is a CPU build" % torch.get("version"))
+        return "%s: %s" % (made, why)
+    gpus = sorted({"%s (%s)" % (g.get("name"), g.get("compute_cap")) for g in planned.get("gpus") or []})
+    return "%s (CUDA %s) with nvcc %s, GPU code for %s: %s; %s" % (
+        made, torch.get("cuda"), nvcc, planned.get("arch_list"),
+        "deepspeed_build_accelerator=cuda" if accelerator == "cuda" else
+        "auto: nvcc and a CUDA build of torch are both there",
+        "the arch list as given" if arch_list != "auto" else "auto: the GPUs of the build host, %s" % ", ".join(gpus))
+
+
 def run_module(module):
     """The plan step of module deepspeed_build: the plan of ``module.params`` as the result."""
     module.exit_json(**plan(module, module.params))

@@ -65,16 +65,13 @@ def read_gpus(module):
     return {"driver": driver, "gpus": gpus, "error": error}
 
 
-def choose_torch(module, result):
+def choose_torch(module, result, nodes, nvcc):
     """The torch requirement and the pip arguments of its resolution, install and download: `auto` picked for
-    the GPU nodes' drivers (_build/torch_pick.py; ``nodes``: the `gpus` step's answers), the PyTorch index
-    added for a `+cuXYZ` build; result['torch_choice'] says which and why."""
+    the GPU nodes' drivers (_build/torch_pick.py; ``nodes``: the `gpus` step's answers and this host's), the
+    PyTorch index added for a `+cuXYZ` build; result['torch_choice'] says which and why."""
     p = module.params
     requirement, reason = p["torch_requirement"], ""
     if requirement == "auto":
-        nodes = dict(p["nodes"] or {})
-        nodes["%s (the build host)" % platform.node()] = read_gpus(module)
-        nvcc = None if p["accelerator"] == "cpu" else _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, ""))
         try:
             choice = torch_pick.pick(nodes, nvcc and nvcc["release"], dict(os.environ, **(p["env"] or {})))
         except torch_info.TorchError as exc:
@@ -89,8 +86,12 @@ def choose_torch(module, result):
 def probe_python(module, venv_python, result):
     """The torch to build against and the build python's facts, into result; returns the python facts."""
     p = module.params
+    # The GPUs the wheel is for (the nodes' as read there, this host's) and this host's nvcc.
+    nodes = dict(p["nodes"] or {})
+    nodes["%s (the build host)" % platform.node()] = read_gpus(module)
+    nvcc = None if p["accelerator"] == "cpu" else _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, ""))
     # The torch to build against: this run's first probe resolved it, or pip's dry run (_build.torch_info).
-    choice = choose_torch(module, result)
+    choice = choose_torch(module, result, nodes, nvcc)
     if (p["torch"] or {}).get("version"):
         # Resolved by this run's first probe: pip's dry run would answer the same.
         torch = dict(resolved=True, version=p["torch"]["version"], cuda=p["torch"].get("cuda"))
@@ -99,6 +100,10 @@ def probe_python(module, venv_python, result):
                                                 venv_python=venv_python, pip_args=choice["pip_args"],
                                                 why=choice["reason"]),
                                    installed_first=_deepspeed_build.installed_torch)
+    refusal = torch_info.no_nvcc_for_gpus(p["accelerator"], nvcc and nvcc["release"], torch, nodes,
+                                          platform.node())
+    if refusal:
+        module.fail_json(msg=refusal)
     python_bin = p["python"] if os.path.isabs(p["python"]) else module.get_bin_path(p["python"])
     result["pip_python"] = venv_python if os.access(venv_python, os.X_OK) else python_bin
     rc, out, err = module.run_command([python_bin, "-c", _deepspeed_build.PYTHON_PROBE])
@@ -155,6 +160,7 @@ def probe_plan(module, source, result):
     full = source["ready"] and bool(result["torch"]) and not no_compiler
     plan_params["phase"] = "full" if full else "inputs"
     result["plan"] = _build_plan.plan(module, plan_params)
+    result["summary"] = _build_plan.summary(result["plan"], result["torch"], p["accelerator"], p["cuda_arch_list"])
     if not full:
         result["reason"] = ("source: %s" % source["reason"] if not source["ready"]
                             else "torch: %s" % result["torch_reason"] if not result["torch"]

@@ -92,15 +92,30 @@ def cuda_mismatch(requested, host, nvcc_release, torch):
     """The refusal of a build whose nvcc and torch DeepSpeed's op builder will not compile across, so that
     the build fails here instead of at its first op."""
     nvcc_major = _major(nvcc_release)[0]
-    index = "https://download.pytorch.org/whl/cu%d<minor>" % nvcc_major
     return ("deepspeed_build_accelerator=%s on %s: nvcc %s and the CUDA %s of torch %s do not match, and "
             "DeepSpeed compiles no op across them (within one major only the releases of its "
-            "cuda_minor_mismatch_ok); valid: a torch built for CUDA %d "
-            "(deepspeed_build_torch_requirement=torch==<version>+cu%d<minor> with deepspeed_build_pip_args "
-            "['--extra-index-url', '%s']: DeepSpeed still comes from PyPI), a CUDA %s toolkit first on PATH or in "
-            "CUDA_HOME (deepspeed_build_env), or deepspeed_build_accelerator=cpu"
-            % (requested, host, nvcc_release, torch.get("cuda"), torch.get("version"), nvcc_major, nvcc_major, index,
+            "cuda_minor_mismatch_ok); valid: a torch built for CUDA %d (deepspeed_build_torch_requirement=auto "
+            "picks one that nvcc and the nodes' drivers fit, or torch==<version>+cu%d<minor>: its PyTorch index is "
+            "added for torch alone), a CUDA %s toolkit first on PATH or in CUDA_HOME, or "
+            "deepspeed_build_accelerator=cpu"
+            % (requested, host, nvcc_release, torch.get("cuda"), torch.get("version"), nvcc_major, nvcc_major,
                ".".join(str(torch.get("cuda")).split(".")[:2])))
+
+
+def no_nvcc_for_gpus(requested, nvcc_release, torch, nodes, host):
+    """The refusal of an `auto` build that would make a wheel without CUDA ops for GPUs: GPUs on the build host
+    or the nodes (``nodes``: {name: {gpus}}), a CUDA build of torch, and no nvcc on the build host. train.yml
+    refuses such a wheel on a node with GPUs; better said here, before any work. None when it does not apply."""
+    with_gpus = ["%s (%d x %s)" % (name, len(n["gpus"]), n["gpus"][0].get("name"))
+                 for name, n in sorted(nodes.items()) if n.get("gpus")]
+    if requested != "auto" or nvcc_release or not with_gpus or not torch.get("resolved") or not torch.get("cuda"):
+        return None
+    return ("deepspeed_build_accelerator=auto on %s: GPUs on %s and torch %s is a CUDA %s build, but there is no "
+            "nvcc on %s (looked in PATH, $CUDA_HOME/bin and /usr/local/cuda/bin), so the wheel would hold no CUDA op "
+            "and train.yml refuses it on nodes with GPUs; valid: a CUDA %s toolkit on the build host (nvcc on PATH, "
+            "in $CUDA_HOME or /usr/local/cuda), or deepspeed_build_accelerator=cpu for a wheel "
+            "without CUDA ops" % (host, ", ".join(with_gpus), torch.get("version"), torch.get("cuda"), host,
+                                  str(torch.get("cuda")).split(".", maxsplit=1)[0]))
 
 
 def resolve_accelerator(requested, nvcc_release, torch, host, requirement, env=None):

@@ -57,3 +57,31 @@ def test_the_plan_says_which_compilers_it_is_for(monkeypatch):
     p = dict(_plan.defaults(), phase="inputs", cc="gcc-11", cxx="g++-11")
     result = _plan.plan(module, p)
     assert (result["cc"], result["cxx"], result["accelerator"]) == ("gcc-11", "g++-11", None)
+
+
+def test_the_summary_says_what_a_cuda_build_makes_and_why():
+    planned = {"accelerator": "cuda", "arch_list": "9.0+PTX", "nvcc": {"release": "13.0"},
+               "gpus": [{"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}] * 2,
+               "ops": [{"name": "fused_adam"}, {"name": "cpu_adam"}]}
+    torch = {"version": "2.13.0+cu130", "cuda": "13.0"}
+    assert _plan.summary(planned, torch, "auto", "auto") == (
+        "a cuda wheel (ops fused_adam, cpu_adam) against torch 2.13.0+cu130 (CUDA 13.0) with nvcc 13.0, GPU code for "
+        "9.0+PTX: auto: nvcc and a CUDA build of torch are both there; auto: the GPUs of the build host, "
+        "NVIDIA H100 80GB HBM3 (9.0)")
+    assert _plan.summary(dict(planned, gpus=[]), torch, "cuda", "8.0;9.0+PTX").endswith(
+        ": deepspeed_build_accelerator=cuda; the arch list as given")
+
+
+@pytest.mark.parametrize("accelerator, nvcc, version, why", [
+    ("cpu", "13.0", "2.13.0+cu130", "deepspeed_build_accelerator=cpu"),
+    ("auto", None, "2.13.0", "auto: no nvcc on the build host"),
+    ("auto", "13.0", "2.13.0+cpu", "auto: torch 2.13.0+cpu is a CPU build"),
+])
+def test_the_summary_says_why_a_build_is_cpu(accelerator, nvcc, version, why):
+    planned = {"accelerator": "cpu", "nvcc": {"release": nvcc} if nvcc else None, "ops": ["cpu_adam"]}
+    assert _plan.summary(planned, {"version": version}, accelerator, "auto") == (
+        "a cpu wheel (ops cpu_adam) against torch %s: %s" % (version, why))
+
+
+def test_no_summary_before_the_plan_has_an_accelerator():
+    assert _plan.summary({"accelerator": None}, {}, "auto", "auto") == ""

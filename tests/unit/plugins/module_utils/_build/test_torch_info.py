@@ -54,10 +54,9 @@ def test_auto_refuses_what_deepspeeds_op_builder_would_refuse_before_compiling()
     assert str(err.value) == (
         "deepspeed_build_accelerator=auto on build01: nvcc 12.4 and the CUDA 13.0 of torch 2.13.0+cu130 do not "
         "match, and DeepSpeed compiles no op across them (within one major only the releases of its "
-        "cuda_minor_mismatch_ok); valid: a torch built for CUDA 12 "
-        "(deepspeed_build_torch_requirement=torch==<version>+cu12<minor> with deepspeed_build_pip_args "
-        "['--extra-index-url', 'https://download.pytorch.org/whl/cu12<minor>']: DeepSpeed still comes from PyPI), "
-        "a CUDA 13.0 toolkit first on PATH or in CUDA_HOME (deepspeed_build_env), or deepspeed_build_accelerator=cpu")
+        "cuda_minor_mismatch_ok); valid: a torch built for CUDA 12 (deepspeed_build_torch_requirement=auto picks "
+        "one that nvcc and the nodes' drivers fit, or torch==<version>+cu12<minor>: its PyTorch index is added for "
+        "torch alone), a CUDA 13.0 toolkit first on PATH or in CUDA_HOME, or deepspeed_build_accelerator=cpu")
     # CUDA 13 is not in DeepSpeed 0.19.8's list: 13.1 against 13.0 fails its check too; 12.7 was never released
     for nvcc, torch in (("13.1", CUDA_TORCH), ("12.7", {"version": "2.5.1+cu124", "cuda": "12.4"}),
                         ("13.0", {"version": "2.5.1+cu118", "cuda": "11.8"})):
@@ -125,3 +124,26 @@ def test_a_cpu_torch_of_the_environment_is_named_as_such():
     with pytest.raises(ti.TorchError) as err:
         ti.resolve_accelerator("cuda", "13.0", CPU_TORCH, "b", "")
     assert "installed for deepspeed_build_python is a CPU build" in str(err.value)
+
+
+H100 = [{"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}] * 2
+RESOLVED_CUDA_TORCH = {"resolved": True, "version": "2.13.0", "cuda": "13.0"}
+
+
+def test_auto_without_nvcc_for_gpus_and_a_cuda_torch_is_refused_naming_the_gpus():
+    msg = ti.no_nvcc_for_gpus("auto", None, RESOLVED_CUDA_TORCH, {"node1": {"gpus": H100}, "b (the build host)": {"gpus": []}},
+                              "b")
+    assert msg.startswith("deepspeed_build_accelerator=auto on b: GPUs on node1 (2 x NVIDIA H100 80GB HBM3) and torch "
+                          "2.13.0 is a CUDA 13.0 build, but there is no nvcc on b ")
+    assert "valid: a CUDA 13 toolkit on the build host" in msg and "deepspeed_build_accelerator=cpu" in msg
+
+
+@pytest.mark.parametrize("requested, nvcc, torch, gpus", [
+    ("cpu", None, RESOLVED_CUDA_TORCH, H100),       # a cpu wheel asked for
+    ("auto", "13.0", RESOLVED_CUDA_TORCH, H100),    # nvcc there: a cuda build
+    ("auto", None, RESOLVED_CUDA_TORCH, []),        # no GPU anywhere: a cpu build is what fits
+    ("auto", None, {"resolved": True, "version": "2.13.0+cpu", "cuda": None}, H100),  # a CPU torch asked for
+    ("auto", None, {"resolved": False}, H100),  # torch not known yet
+])
+def test_no_refusal_where_a_cpu_wheel_is_what_was_asked_or_fits(requested, nvcc, torch, gpus):
+    assert ti.no_nvcc_for_gpus(requested, nvcc, torch, {"n": {"gpus": gpus}}, "b") is None
