@@ -81,8 +81,10 @@ badinput: venv-test
 wheel: venv
 	bash scripts/check_build_idempotent.sh
 
-## cuda-build: fused_adam for the arch list 8.0;9.0+PTX against PyPI's CUDA torch, checked from the
-## binaries; the ~2.4 GB CUDA stack and the builds are cached outside the clone.
+## cuda-build: fused_adam built twice, each checked from its binary: for 8.0;9.0+PTX with nvcc 13.0
+## against PyPI's torch 2.13.0 (CUDA 13.0), and for 7.0;8.0+PTX (sm_70: CUDA 12 only) with a CUDA
+## 12.4 toolkit against PyPI's torch 2.10.0 (CUDA 12.8); the CUDA stacks (~6.7 GB) and the builds
+## are cached outside the clone.
 cuda-build: venv
 	bash scripts/check_cuda_build.sh
 
