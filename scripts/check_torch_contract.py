@@ -17,6 +17,9 @@ Checks, one line each, exit 1 on the first set that fails:
   errorfile  the rank wrapper (_node/rankwrap.py) and torchrun's error files: a script under torch's own @record
              that raises hands the agent's ProcessFailure its message; a rank SIGTERMed as it wrote its file
              leaves the agent nothing to choke on, where the same cut-off file makes this torch's agent raise
+  localrank  DeepSpeed's launcher contract (train_local_rank_arg): this torch's torchrun, 2 ranks, the argv of
+             _node/torchrun.py's build_argv with the rank wrapper: a script with argparse --local_rank gets each
+             rank's LOCAL_RANK and DeepSpeed's CROSS_RANK, CROSS_SIZE, LOCAL_SIZE; without the option it sees -1
 """
 from __future__ import annotations
 
@@ -130,6 +133,54 @@ def error_files():
             seen["oracle"] = "a cut-off file at the agent's path makes it raise"
         finally:
             quiet.disabled = kept
+    return problems, "; ".join("%s: %s" % item for item in sorted(seen.items()))
+
+
+DEEPSPEED_SCRIPT = """
+import argparse, os
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+parser.add_argument("--steps", type=int, default=0)
+args = parser.parse_args()
+print("rank %s: args.local_rank=%d LOCAL_RANK=%s CROSS_RANK=%s CROSS_SIZE=%s LOCAL_SIZE=%s steps=%d" % (
+    os.environ["RANK"], args.local_rank, os.environ["LOCAL_RANK"], os.environ.get("CROSS_RANK"),
+    os.environ.get("CROSS_SIZE"), os.environ.get("LOCAL_SIZE"), args.steps), flush=True)
+assert args.local_rank == int(os.environ["LOCAL_RANK"]), "args.local_rank=%d, LOCAL_RANK=%s" % (
+    args.local_rank, os.environ["LOCAL_RANK"])
+"""
+
+
+def local_rank_arg():
+    """The localrank check -> (problems, what was seen)."""
+    import socket
+    import subprocess
+    import tempfile
+
+    node_torchrun = load("mt_node_torchrun", os.path.join(ROOT, "plugins", "module_utils", "_node", "torchrun.py"))
+    wrapper = os.path.join(ROOT, "plugins", "module_utils", "_node", "rankwrap.py")
+    problems, seen = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "ds_train.py")
+        with open(script, "w") as handle:
+            handle.write(DEEPSPEED_SCRIPT)
+        for on in (True, False):
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                port = probe.getsockname()[1]
+            argv = node_torchrun.build_argv(sys.executable, {
+                "nnodes": "1", "nproc_per_node": 2, "rdzv_id": "localrank", "rdzv_endpoint": "127.0.0.1:%d" % port,
+                "rdzv_conf": {"is_host": True}, "script": script, "args": ["--steps", "3"], "wrapper": wrapper,
+                "local_rank_arg": on})
+            proc = subprocess.run(argv, env=dict(os.environ, MULTINODE_TRAINING_JOB_DIR=os.path.join(tmp, str(on))),
+                                  capture_output=True, text=True, timeout=300, check=False)
+            lines = sorted(line for line in proc.stdout.splitlines() if line.startswith("rank "))
+            seen["on" if on else "off"] = "rc %d, %s" % (proc.returncode, " | ".join(lines) or proc.stderr[-300:])
+            want = ["rank %d: args.local_rank=%d LOCAL_RANK=%d CROSS_RANK=0 CROSS_SIZE=1 LOCAL_SIZE=2 steps=3" % (r, r, r)
+                    for r in (0, 1)]
+            if on and (proc.returncode != 0 or lines != want):
+                problems.append("with local_rank_arg: %s" % seen["on"])
+            if not on and (proc.returncode == 0 or "args.local_rank=-1" not in proc.stdout):
+                problems.append("without local_rank_arg the script did not see its default -1: %s" % seen["off"])
     return problems, "; ".join("%s: %s" % item for item in sorted(seen.items()))
 
 
@@ -274,6 +325,7 @@ def main():
         check("analyser", problems, "torch's build_db parses the fakes' NCCL dumps (collectives: %s; the hang's rank 1 "
               "named missing)" % counts)
     check("errorfile", *error_files())
+    check("localrank", *local_rank_arg())
     if failed:
         print("torch contract: %d problem(s)" % len(failed))
         return 1

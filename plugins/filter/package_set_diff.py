@@ -7,7 +7,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
-from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems
+from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems, requirement_groups
 
 
 def package_set_diff(sets):
@@ -18,6 +18,16 @@ def package_set_diff(sets):
     return differences({str(node): [str(s) for s in specs or []] for node, specs in sets.items()})
 
 
+def _read(path):
+    """A requirements file a ``-r <path>`` item includes, read on the controller (where filters run)."""
+    try:
+        with open(path) as handle:
+            return handle.read()
+    except (IOError, OSError) as exc:
+        raise AnsibleFilterError("package_lock_problems: requirements: -r %s: cannot be read on the controller: %s"
+                                 % (path, exc))
+
+
 def package_lock_problems(probes, venv="", lock=None, requirements=None):
     """{node: train_node (probe) result} -> ['node1: the venv ... does not hold ...: pkg: ...', ...]."""
     if not isinstance(probes, dict):
@@ -25,7 +35,9 @@ def package_lock_problems(probes, venv="", lock=None, requirements=None):
                                  % type(probes).__name__)
     packages = {str(node): [str(s) for s in ((probe or {}).get("environment") or {}).get("packages") or []]
                 for node, probe in probes.items() if ((probe or {}).get("environment") or {}).get("packages")}
-    return lock_problems(packages, venv, [str(s) for s in lock or []], [str(s) for s in requirements or []])
+    lines = [line for _source, group in requirement_groups([str(s) for s in requirements or []], "requirements", _read)
+             for line in group]
+    return lock_problems(packages, venv, [str(s) for s in lock or []], lines)
 
 
 class FilterModule:

@@ -58,6 +58,15 @@ options:
       - Anything but a list is refused (a string would be split by Ansible's list conversion).
     type: raw
     default: []
+  local_rank_arg:
+    description:
+      - Give each rank's script V(--local_rank=<N>) (its local rank) right after the script or module, before
+        O(args), and the variables C(CROSS_RANK), C(CROSS_SIZE) and C(LOCAL_SIZE), as DeepSpeed's launcher
+        (C(deepspeed --hostfile)) does; torchrun passes the local rank only as C(LOCAL_RANK). The rank wrapper
+        adds them in each rank's process.
+      - For a script written for the DeepSpeed launcher that reads C(args.local_rank).
+    type: bool
+    default: false
   nnodes:
     description: Number of nodes, V(N), or an elastic range V(MIN:MAX) with MIN <= MAX.
     type: str
@@ -66,6 +75,9 @@ options:
     description:
       - Processes (ranks) on this node. V(auto) uses the node's GPU count (C(nvidia-smi -L), else
         C(/proc/driver/nvidia/gpus)); on a node without GPUs O(cpu_nproc) processes.
+      - With C(CUDA_VISIBLE_DEVICES) in the job's environment (O(env), O(env_files)), V(auto) counts the GPUs it
+        lists, as CUDA reads it (the entries before the first one that is not an index or a GPU-/MIG- UUID; an
+        index the node does not have is refused).
     type: str
     default: auto
   cpu_nproc:

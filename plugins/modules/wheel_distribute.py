@@ -93,7 +93,10 @@ options:
     type: dict
     suboptions:
       requirements:
-        description: Requirement strings (PEP 508).
+        description:
+          - Requirement strings (PEP 508).
+          - An item C(-r <path>) (pip's syntax; also C(--requirement <path>)) includes that requirements file on the
+            controller, read as O(lock.requirements_file) is; a relative path is from the module's working directory.
         type: list
         elements: str
         default: []

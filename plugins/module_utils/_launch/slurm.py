@@ -301,6 +301,7 @@ def torchrun_argv(spec):
         "args": spec.get("args") or [],
         # The rank wrapper and the job report's sampler, as under the ssh launcher (slurm_job ships them).
         "wrapper": "%s/%s" % (spec["bin_dir"], RANK_WRAPPER) if spec.get("bin_dir") else None,
+        "local_rank_arg": spec.get("local_rank_arg"),
     }
     try:
         return build_argv(spec["python"], opts)

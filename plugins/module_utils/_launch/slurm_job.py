@@ -86,6 +86,7 @@ ARGUMENT_SPEC = dict(
     script=dict(type="path"),
     module=dict(type="str"),
     args=dict(type="list", elements="str", default=[]),
+    local_rank_arg=dict(type="bool", default=False),
     python=dict(type="path", default=VENV + "/bin/python"),
     system_python=dict(type="path", default="/usr/bin/python3"),
     rdzv_backend=dict(type="str", default="c10d"),

@@ -16,6 +16,10 @@ module``) and its arguments. In the rank's own process it:
 
 A rank killed by a signal (OOM killer, SIGKILL) writes no ``.exit``; the watcher sees its pid gone.
 
+With ``--local-rank-arg`` before the script (train_local_rank_arg), the script gets what DeepSpeed's
+launcher gives each rank and torchrun does not (``deepspeed_contract``): ``--local_rank=<N>`` right after
+the script or module, and the variables CROSS_RANK, CROSS_SIZE and LOCAL_SIZE.
+
 It also makes the rank's torchrun error file whole or absent, never cut off (``_error_file``): torch's
 ``@record`` writes it with ``open("w")`` then ``json.dump``, and torchrun's agent, the moment one of
 its ranks fails, SIGTERMs the others and reads every failed rank's file (torch 2.13
@@ -101,6 +105,32 @@ def _sampling():
         return None
 
 
+# The wrapper's own option, before the script (_node.torchrun.build_argv puts it there for local_rank_arg).
+LOCAL_RANK_ARG = "--local-rank-arg"
+# DeepSpeed 0.19.8, deepspeed/launcher/launch.py: per node ``current_env[CROSS_RANK] = str(args.node_rank)``,
+# ``current_env[CROSS_SIZE] = str(args.nnodes)``, ``current_env["LOCAL_SIZE"] = str(num_local_procs)``; torchrun
+# sets the same numbers under its own names (GROUP_RANK, GROUP_WORLD_SIZE, LOCAL_WORLD_SIZE).
+DEEPSPEED_ENV = (("CROSS_RANK", "GROUP_RANK"), ("CROSS_SIZE", "GROUP_WORLD_SIZE"), ("LOCAL_SIZE", "LOCAL_WORLD_SIZE"))
+
+
+def deepspeed_contract(argv, environ):
+    """The wrapper's argv -> (the script's argv, variables to add), as DeepSpeed's launcher runs a rank.
+
+    Without ``--local-rank-arg`` first: argv unchanged, nothing added. With it: ``--local_rank=<LOCAL_RANK>``
+    right after the script (or ``-m module``), before its arguments - launch.py's ``cmd.append(
+    f"--local_rank={local_rank}")`` between ``args.training_script`` and ``args.training_script_args``, the
+    ``=`` form that a script's ``parser.add_argument("--local_rank", type=int)`` reads (torch's own launcher
+    passes ``--local-rank``, which that parser refuses) - and DeepSpeed's per-node variables (DEEPSPEED_ENV)
+    from torchrun's.
+    """
+    if argv[:1] != [LOCAL_RANK_ARG]:
+        return list(argv), {}
+    argv = list(argv[1:])
+    at = 2 if argv[:1] == ["-m"] else 1
+    argv.insert(at, "--local_rank=%s" % environ.get("LOCAL_RANK", "0"))
+    return argv, dict((name, environ[source]) for name, source in DEEPSPEED_ENV if source in environ)
+
+
 def _code(value):
     if value is None:
         return 0
@@ -110,7 +140,8 @@ def _code(value):
 
 
 def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv, added = deepspeed_contract(list(sys.argv[1:] if argv is None else argv), os.environ)
+    os.environ.update(added)
     # The python and its environment (the venv's real path names the wheel's release) for the report.
     _record("start", {"pid": os.getpid(), "time": time.time(), "python": sys.version.split()[0],
                       "prefix": os.path.realpath(sys.prefix),

@@ -32,6 +32,9 @@ MASK = "********"
 SECRET_KEY_RE = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
 JOB_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# The rank wrapper's option for local_rank_arg (_node.rankwrap.LOCAL_RANK_ARG; the _node files are shipped
+# one by one and import no sibling, tests/unit holds the two equal).
+LOCAL_RANK_ARG = "--local-rank-arg"
 # Seconds from SIGTERM to SIGKILL when a job is stopped, when the caller gives none (the torchrun and
 # slurm_job modules' stop_grace; train_stop_grace in roles/train/defaults/main.yml mirrors it).
 STOP_GRACE = 15
@@ -267,6 +270,27 @@ def resolve_nproc(value, gpu_count, cpu_nproc):
     return number
 
 
+def visible_gpus(gpus, value):
+    """The node's GPUs (``gpus``) that CUDA shows the job's ranks under CUDA_VISIBLE_DEVICES=``value`` (None:
+    unset, all of them): its entries before the first invalid one, as CUDA reads it (an index or a GPU-/MIG-
+    UUID; ``-1`` or an empty value shows none). An index the node does not have is refused: a typo would
+    otherwise start fewer ranks than the user listed GPUs."""
+    if value is None or not gpus:
+        return gpus
+    count = 0
+    for entry in str(value).split(","):
+        entry = entry.strip()
+        index = re.match(r"^[0-9]+$", entry)
+        if index and int(entry) >= gpus:
+            raise TorchrunError("env[\"CUDA_VISIBLE_DEVICES\"]=%s: GPU %s is not on this node (%d GPUs), "
+                                "nproc_per_node=auto cannot count it; valid: indices 0 to %d or GPU-/MIG- "
+                                "UUIDs, comma-separated" % (json.dumps(str(value)), entry, gpus, gpus - 1))
+        if not (index or entry.startswith(("GPU-", "MIG-"))):
+            break
+        count += 1
+    return count
+
+
 def is_secret_key(key):
     return bool(SECRET_KEY_RE.search(str(key)))
 
@@ -350,8 +374,15 @@ def build_argv(python, opts):
     if not isinstance(args, (list, tuple)):
         raise TorchrunError("args=%r: must be a list (each item reaches the script as one argument)" % (args,))
     # With a rank wrapper (the job's mt_rank.py), torchrun runs the wrapper and the wrapper the
-    # script or module, in the rank's own process (_node.rankwrap).
+    # script or module, in the rank's own process (_node.rankwrap). local_rank_arg: the wrapper's own
+    # option before the script, so that the script gets DeepSpeed's --local_rank=<N>: torchrun's argv is
+    # the same for every rank, only the rank's process knows its N.
     wrapper = [opts["wrapper"]] if opts.get("wrapper") else []
+    if opts.get("local_rank_arg"):
+        if not wrapper:
+            raise TorchrunError("local_rank_arg=true needs the rank wrapper (wrapper): only the rank's own "
+                                "process knows its local rank")
+        wrapper.append(LOCAL_RANK_ARG)
     if opts.get("module"):
         argv += wrapper + ["-m", opts["module"]] if wrapper else ["-m", opts["module"]]
     elif opts.get("script"):

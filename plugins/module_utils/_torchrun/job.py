@@ -49,6 +49,7 @@ ARGUMENT_SPEC = dict(
     script=dict(type="path"),
     module=dict(type="str"),
     args=dict(type="raw", default=[]),
+    local_rank_arg=dict(type="bool", default=False),
     nnodes=dict(type="str", default="1"),
     nproc_per_node=dict(type="str", default="auto"),
     cpu_nproc=dict(type="int"),

@@ -25,6 +25,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     parse_env_file,
     resolve_nproc,
     secret_values,
+    visible_gpus,
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import (
     firewall_tool,
@@ -150,16 +151,19 @@ def plan_start(module, python, job_id, job_dir, host, result):
     p = module.params
     gpus = None
     try:
+        env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ,
+                                 max_restarts=p["max_restarts"])
         if p["nproc_per_node"] == "auto":
             smi = module.get_bin_path("nvidia-smi")
             smi_rc, smi_out = module.run_command([smi, "-L"])[:2] if smi else (None, "")
             gpus = gpu_count(smi_rc, smi_out)
-        nproc = resolve_nproc(p["nproc_per_node"], gpus, p["cpu_nproc"])
+        # auto: one rank per GPU the ranks see - nvidia-smi lists every GPU of the node, whatever
+        # CUDA_VISIBLE_DEVICES the job's environment (env, env_files) sets.
+        nproc = resolve_nproc(p["nproc_per_node"], visible_gpus(gpus, env.get("CUDA_VISIBLE_DEVICES")),
+                              p["cpu_nproc"])
         opts = dict(p, nproc_per_node=nproc, log_dir=os.path.join(job_dir, "ranks"), rdzv_id=p["rdzv_id"] or job_id,
                     wrapper=os.path.join(job_dir, RANK_WRAPPER))
         argv = build_argv(python, opts)
-        env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ,
-                                 max_restarts=p["max_restarts"])
     except TorchrunError as exc:
         module.fail_json(msg="%s (on %s)" % (exc, host), **result)
     return argv, env, secrets, nproc, gpus

@@ -31,6 +31,7 @@ from ansible_collections.multinode.training.plugins.module_utils._validate.engin
     is_int,
     show,
 )
+from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import included_file
 
 VERSION_RE = r"^v?[0-9]+(\.[0-9]+)*([a-zA-Z0-9.+-]*)$"
 USERNAME_RE = r"^[a-z_][a-z0-9_-]{0,30}\$?$"
@@ -206,6 +207,25 @@ def _controller_file(variable, value, values, ctx):
                     "the path of a readable file on the controller, or empty")]
 
 
+REQUIREMENTS_VALID = ("PEP 508 requirements such as accelerate>=1.0, and -r <path> of a readable requirements file "
+                      "on the controller (relative: from the directory ansible-playbook runs in)")
+
+
+def _requirements(variable, value, values, ctx):
+    """Job requirements: PEP 508 strings (pip judges them, naming the item, in wheel_distribute's lock step) and
+    pip's ``-r <path>``, whose file must be on the controller; another pip option is refused here already."""
+    problems = []
+    for index, item in enumerate(value):
+        path = included_file(item)
+        if path is not None and not os.path.isfile(path):
+            problems.append(Problem("%s[%d]" % (variable, index), item, "no such file on the controller",
+                                    REQUIREMENTS_VALID))
+        elif path is None and str(item).strip().startswith("-"):
+            problems.append(Problem("%s[%d]" % (variable, index), item, "a pip option other than -r <path> (index "
+                                    "options go in pip's configuration: pip.conf, PIP_INDEX_URL)", REQUIREMENTS_VALID))
+    return problems
+
+
 def _cuda_arch(variable, value, values, ctx):
     text = str(value).strip()
     if text == "auto":
@@ -261,13 +281,13 @@ def _train_user(variable, value, values, ctx):
     return []
 
 
-def _existing_env(requirements, requirements_file):
+def _existing_env(*requirements):
     """An existing environment (train_venv_existing, wheel_distribute_venv_existing) is the user's: job
     requirements are not installed into it."""
     def rule(variable, value, values, ctx):
         if not as_bool(value):
             return []
-        given = [name for name in (requirements, requirements_file) if values.get(name)]
+        given = [name for name in requirements if values.get(name)]
         if not given:
             return []
         return [Problem(variable, value, "job requirements (%s) are not installed into an existing environment"
@@ -451,11 +471,11 @@ RULES = {
     "train_timeout": [_range(0)],
     "train_stop_grace": [_range(0)],
     "train_code_src": [_code_src],
-    "train_requirements_file": [_controller_file],
+    "train_requirements": [_requirements],
     "train_accelerate_config": [_controller_file],
     "train_deepspeed_config": [_controller_file],
     "train_venv": [_not_root],
-    "train_venv_existing": [_existing_env("train_requirements", "train_requirements_file")],
+    "train_venv_existing": [_existing_env("train_requirements")],
     "train_data_sync": [_data_sync],
     "train_data_paths": [_node_paths],
     "train_checkpoint_min_free": [_range(0, number=float)],
@@ -486,6 +506,7 @@ RULES = {
     "wheel_distribute_index_url": [_pattern(r"^((https?|file)://\S+)?$", "empty (offline, --no-index) or an "
                                             "http(s):// or file:// URL")],
     "wheel_distribute_dist_dir": [_manifest],
+    "wheel_distribute_requirements": [_requirements],
     "wheel_distribute_requirements_file": [_controller_file],
     # nccl_tuning
     "nccl_tuning_nccl_version": [_pattern(r"^(auto|v?[0-9]+\.[0-9]+(\.[0-9]+)?([+-].*)?)$",

@@ -51,17 +51,29 @@ def reusable(sha256_of, lock_path, digest, dest, wheelhouse, wheel_dir):
     return entries
 
 
+def read_text(path):
+    with open(path) as handle:
+        return handle.read()
+
+
 def read_requirements(module):
-    """The variable's requirements merged with the file's; a bad line or a missing file fails the module."""
+    """The variable's requirements, the files its ``-r <path>`` items include, then the file's, merged; a bad
+    line or a missing file fails the module."""
     p = module.params
+    for index, item in enumerate(p["requirements"]):
+        path = reqs.included_file(item)
+        if path is not None and not os.path.isfile(path):
+            module.fail_json(msg="wheel_distribute_requirements[%d]=%s: no such file on the controller; valid: "
+                                 "-r <path of a readable requirements file>" % (index, json.dumps(item)))
     try:
-        groups = [reqs.parse_requirements(p["requirements"], "wheel_distribute_requirements")]
+        groups = [reqs.parse_requirements(lines, source) for source, lines in
+                  reqs.requirement_groups(p["requirements"], "wheel_distribute_requirements", read_text)]
         if p["requirements_file"]:
             if not os.path.isfile(p["requirements_file"]):
                 module.fail_json(msg="wheel_distribute_requirements_file=%s: no such file on the controller; "
                                      "valid: a readable requirements file" % p["requirements_file"])
-            with open(p["requirements_file"]) as handle:
-                groups.append(reqs.parse_requirements(handle.read().splitlines(), p["requirements_file"]))
+            groups.append(reqs.parse_requirements(read_text(p["requirements_file"]).splitlines(),
+                                                  p["requirements_file"]))
         return reqs.merge_requirements(*groups)
     except reqs.RequirementsError as exc:
         module.fail_json(msg=str(exc))

@@ -25,6 +25,9 @@ except ImportError:  # pragma: no cover - packaging ships with ansible-core
         return re.sub(r"[-_.]+", "-", name).lower()
 
 LOCK_HEADER = "# multinode.training requirements lock"
+# pip's include of a requirements file, as an item of a requirements list: -r <path> (also -r<path>,
+# --requirement <path>, --requirement=<path>); every other item is one PEP 508 requirement.
+INCLUDE_RE = re.compile(r"^(?:-r\s*|--requirement(?:=|\s+))(?P<path>\S(?:.*\S)?)\s*$")
 _WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 
@@ -35,9 +38,10 @@ class RequirementsError(Exception):
 def parse_requirements(lines, source):
     """[(source, lineno, text)] -> list of dicts {source, line, text, name}.
 
-    Comments, blank lines and trailing comments are skipped. pip options (-r, -e, --index-url ...) are
-    refused: the resolution is done once, with pip's own configuration on the controller (pip.conf,
-    PIP_INDEX_URL) and the module's pip_args.
+    Comments, blank lines and trailing comments are skipped. pip options (-e, --index-url ..., a -r inside
+    an included file) are refused: the resolution is done once, with pip's own configuration on the
+    controller (pip.conf, PIP_INDEX_URL) and the module's pip_args. A requirements list's own ``-r <path>``
+    items are read by requirement_groups first.
     """
     if not HAS_PACKAGING:  # pragma: no cover
         raise RequirementsError("python package 'packaging' is needed on the controller")
@@ -71,6 +75,25 @@ def parse_requirements(lines, source):
     if problems:
         raise RequirementsError("; ".join(problems))
     return parsed
+
+
+def included_file(item):
+    """An item of a requirements list -> the path of the requirements file it includes (pip's ``-r <path>``;
+    relative: from the working directory), or None for a requirement."""
+    match = INCLUDE_RE.match(str(item).strip())
+    return match.group("path") if match else None
+
+
+def requirement_groups(items, source, read):
+    """A requirements list -> [(source, lines)]: the list's own requirements first (an include left blank, so
+    that a problem's line number stays the item's position), then each included file's lines (``read(path)``
+    returns its text) - what ``pip install -r`` would read, for parse_requirements or unmet_requirements."""
+    groups = [(source, ["" if included_file(item) else str(item) for item in items])]
+    for item in items:
+        path = included_file(item)
+        if path:
+            groups.append((path, read(path).splitlines()))
+    return groups
 
 
 def merge_requirements(*groups):
@@ -277,6 +300,6 @@ def lock_problems(packages, venv, lock=None, requirements=None):
             continue
         if diff:
             lines.append("%s: the venv %s does not hold %s: %s; valid: the venv that "
-                         "multinode.training.wheel_distribute installs from train_requirements / "
-                         "train_requirements_file (run with tag prepare)" % (node, venv, against, " | ".join(diff)))
+                         "multinode.training.wheel_distribute installs from train_requirements "
+                         "(run with tag prepare)" % (node, venv, against, " | ".join(diff)))
     return lines

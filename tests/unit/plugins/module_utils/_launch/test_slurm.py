@@ -392,6 +392,15 @@ def test_render_module_and_elastic_nodes(tmp_path):
     assert torchrun[-2:] == ["-m", "mypkg.train"]
 
 
+def test_local_rank_arg_reaches_the_rank_wrapper_through_bash(tmp_path):
+    """train_local_rank_arg under Slurm: the wrapper's option before the script, as under ssh."""
+    run = [a.decode() for a in run_rendered(tmp_path, sl.render_batch_script(
+        spec(job_base=str(tmp_path / "jobs"), local_rank_arg=True)))[1]]
+    torchrun = run[run.index("--") + 1:]
+    assert torchrun[-len(NASTY_ARGS) - 3:-len(NASTY_ARGS)] == [
+        "/shared/bin/mt_rank.py", "--local-rank-arg", "/shared/code/smoke_train.py"]
+
+
 def test_render_refuses_bad_torchrun_options():
     with pytest.raises(sl.SlurmError, match="one of script or module"):
         sl.render_batch_script(spec(script=None))

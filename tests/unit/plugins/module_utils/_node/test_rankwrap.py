@@ -115,3 +115,65 @@ def test_the_error_file_is_private_only_where_torchrun_set_one():
     real, private = rankwrap._error_file(environ)
     assert real == "/j/attempt_0/0/error.json" and environ["TORCHELASTIC_ERROR_FILE"] == private
     assert private.startswith(real + ".") and private.endswith(".part")
+
+
+# ------------------------------------------------------------------ DeepSpeed's launcher contract (local_rank_arg)
+
+# A script written for `deepspeed --hostfile`: its local rank from argparse (DeepSpeedExamples' way), the node's
+# place from DeepSpeed's own variables.
+DEEPSPEED_SCRIPT = """
+import argparse, json, os, sys
+parser = argparse.ArgumentParser()
+parser.add_argument("--local_rank", type=int, default=-1)
+parser.add_argument("--lr", type=float)
+args = parser.parse_args()
+print(json.dumps({"argv": sys.argv[1:], "local_rank": args.local_rank, "lr": args.lr,
+                  "env": {k: os.environ.get(k) for k in ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE")}}))
+assert args.local_rank == int(os.environ["LOCAL_RANK"]), (args.local_rank, os.environ["LOCAL_RANK"])
+"""
+# What torchrun sets for each rank of the second of two nodes, two ranks each (torch 2.13's agent).
+TORCHRUN_ENV = {"GROUP_RANK": "1", "GROUP_WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "4",
+                "TORCHELASTIC_RESTART_COUNT": "0"}
+
+
+def _rank(tmp_path, local_rank, wrapper_args):
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "ds_train.py").write_text(DEEPSPEED_SCRIPT)
+    # PYTHONPATH: the -m form imports ds_train from there
+    env = dict(os.environ, MULTINODE_TRAINING_JOB_DIR=str(tmp_path), LOCAL_RANK=str(local_rank),
+               RANK=str(2 + local_rank), PYTHONPATH=str(tmp_path / "code"), **TORCHRUN_ENV)
+    for name in ("CROSS_RANK", "CROSS_SIZE", "LOCAL_SIZE"):
+        env.pop(name, None)
+    return subprocess.run([sys.executable, WRAPPER] + wrapper_args, env=env, capture_output=True, text=True,
+                          check=False)
+
+
+def test_each_rank_of_a_deepspeed_script_reads_its_local_rank_from_argparse(tmp_path):
+    for local_rank in (0, 1):
+        for form in ([str(tmp_path / "code" / "ds_train.py")], ["-m", "ds_train"]):
+            proc = _rank(tmp_path, local_rank, [rankwrap.LOCAL_RANK_ARG] + form + ["--lr", "0.1"])
+            assert proc.returncode == 0, proc.stderr
+            seen = json.loads(proc.stdout.strip().splitlines()[-1])
+            # launch.py's order: the script, --local_rank=<N>, then the script's own arguments
+            assert seen["argv"] == ["--local_rank=%d" % local_rank, "--lr", "0.1"]
+            assert seen["local_rank"] == local_rank and seen["lr"] == 0.1
+            assert seen["env"] == {"CROSS_RANK": "1", "CROSS_SIZE": "2", "LOCAL_SIZE": "2"}
+
+
+def test_without_the_option_a_deepspeed_script_sees_its_default_and_fails(tmp_path):
+    """torchrun alone: LOCAL_RANK only in the environment, args.local_rank stays -1 (every rank on GPU 0)."""
+    proc = _rank(tmp_path, 1, [str(tmp_path / "code" / "ds_train.py"), "--lr", "0.1"])
+    assert proc.returncode == 1
+    assert "AssertionError: (-1, '1')" in proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["env"] == {
+        "CROSS_RANK": None, "CROSS_SIZE": None, "LOCAL_SIZE": None}
+
+
+def test_deepspeed_contract_is_pure_and_only_with_the_option():
+    env = dict(TORCHRUN_ENV, LOCAL_RANK="3")
+    assert rankwrap.deepspeed_contract(["s.py", "--x"], env) == (["s.py", "--x"], {})
+    assert rankwrap.deepspeed_contract(["--local-rank-arg", "s.py"], env) == (
+        ["s.py", "--local_rank=3"], {"CROSS_RANK": "1", "CROSS_SIZE": "2", "LOCAL_SIZE": "2"})
+    assert rankwrap.deepspeed_contract(["--local-rank-arg", "-m", "pkg.train", "a"], {"LOCAL_RANK": "0"}) == (
+        ["-m", "pkg.train", "--local_rank=0", "a"], {})
+    assert env == dict(TORCHRUN_ENV, LOCAL_RANK="3")  # the caller's environment is not changed

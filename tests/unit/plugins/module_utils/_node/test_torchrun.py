@@ -144,6 +144,24 @@ def test_resolve_nproc_invalid(value, gpus, cpu, fragment):
         tr.resolve_nproc(value, gpus, cpu)
 
 
+@pytest.mark.parametrize("gpus, value, visible", [
+    (8, None, 8), (8, "0,2", 2), (8, " 0, 2 ,5", 3), (8, "", 0), (8, "-1", 0), (8, "1,-1,2", 1),
+    (8, "GPU-8d2c0b6e-aaaa,MIG-1f2e", 2), (8, "0,foo,1", 1), (0, "0,1", 0), (None, "0,1", None),
+])
+def test_visible_gpus_as_cuda_reads_cuda_visible_devices(gpus, value, visible):
+    assert tr.visible_gpus(gpus, value) == visible
+
+
+def test_auto_counts_only_the_visible_gpus_and_refuses_one_the_node_lacks():
+    assert tr.resolve_nproc("auto", tr.visible_gpus(8, "0,2"), 2) == 2   # deepspeed --include host:0,2
+    assert tr.resolve_nproc("auto", tr.visible_gpus(8, ""), 2) == 2      # none visible: the CPU count
+    with pytest.raises(tr.TorchrunError) as exc:
+        tr.visible_gpus(8, "0,8")
+    assert str(exc.value) == ('env["CUDA_VISIBLE_DEVICES"]="0,8": GPU 8 is not on this node (8 GPUs), '
+                              "nproc_per_node=auto cannot count it; valid: indices 0 to 7 or GPU-/MIG- UUIDs, "
+                              "comma-separated")
+
+
 # ------------------------------------------------------------------ argv
 
 BASE = {"nnodes": "2", "nproc_per_node": 2, "rdzv_id": "job-1", "rdzv_endpoint": "10.0.0.11:29400",
@@ -198,6 +216,19 @@ def test_build_argv_module_elastic_ipv6_static_rank():
 def test_build_argv_bad_input(change, fragment):
     with pytest.raises(tr.TorchrunError, match=fragment):
         tr.build_argv("py", dict(BASE, **change))
+
+
+def test_local_rank_arg_is_the_rank_wrappers_option_before_the_script():
+    from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap
+
+    assert tr.LOCAL_RANK_ARG == rankwrap.LOCAL_RANK_ARG
+    argv = tr.build_argv("py", dict(BASE, args=["--lr", "1"], wrapper="/j/mt_rank.py", local_rank_arg=True))
+    assert argv[-5:] == ["/j/mt_rank.py", "--local-rank-arg", "/srv/train.py", "--lr", "1"]
+    argv = tr.build_argv("py", dict(BASE, script=None, module="pkg.train", wrapper="/j/mt_rank.py", local_rank_arg=True))
+    assert argv[-4:] == ["/j/mt_rank.py", "--local-rank-arg", "-m", "pkg.train"]
+    assert "--local-rank-arg" not in tr.build_argv("py", dict(BASE, wrapper="/j/mt_rank.py", local_rank_arg=False))
+    with pytest.raises(tr.TorchrunError, match="local_rank_arg=true needs the rank wrapper"):
+        tr.build_argv("py", dict(BASE, local_rank_arg=True))
 
 
 def test_single_node_needs_no_endpoint():

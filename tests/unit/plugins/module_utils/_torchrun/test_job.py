@@ -27,7 +27,9 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
 from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import TorchrunError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, rank_dirs, read_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.job import ARGUMENT_SPEC
 from tests.unit.conftest import FIXTURES
+from tests.unit.plugins.module_utils.stand_in import Exit, StandInModule
 
 JOBS = FIXTURES / "torchrun" / "jobs"
 
@@ -243,6 +245,43 @@ def test_gpu_count_falls_back_to_the_driver_then_zero(tmp_path):
         (tmp_path / name).mkdir()
     assert start_mod.gpu_count(None, "", proc_gpus=str(tmp_path)) == 2
     assert start_mod.gpu_count(9, "garbage", proc_gpus=str(tmp_path / "none")) == 0
+
+
+class _EightGPUNode(StandInModule):
+    """The torchrun module on a node whose nvidia-smi -L lists 8 GPUs."""
+
+    def __init__(self, **params):
+        super().__init__(ARGUMENT_SPEC, **params)
+
+    def get_bin_path(self, name):
+        return "/usr/bin/" + name
+
+    def run_command(self, argv):
+        return 0, (FIXTURES / "torchrun" / "nvidia-smi-L_8gpu.txt").read_text(), ""
+
+
+@pytest.mark.parametrize("env, env_file, nproc", [
+    ({}, None, 8), ({"CUDA_VISIBLE_DEVICES": "0,2"}, None, 2), ({}, "CUDA_VISIBLE_DEVICES=5\n", 1),
+    ({"CUDA_VISIBLE_DEVICES": ""}, None, 3),
+])
+def test_auto_starts_a_rank_per_gpu_the_jobs_environment_shows(tmp_path, monkeypatch, env, env_file, nproc):
+    """deepspeed --include node:0,2 as train_env CUDA_VISIBLE_DEVICES (a host variable): nvidia-smi lists all 8,
+    the ranks see 2; none visible: cpu_nproc."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)  # the job's environment starts from the module's
+    files = []
+    if env_file:
+        (tmp_path / "gpus.env").write_text(env_file)
+        files = [str(tmp_path / "gpus.env")]
+    module = _EightGPUNode(script="/srv/train.py", env=env, env_files=files, cpu_nproc=3, rdzv_id="j1",
+                           local_rank_arg=True)
+    argv, job_env, _secrets, got, gpus = start_mod.plan_start(module, "py", "j1", str(tmp_path / "j1"), "node1", {})
+    assert (got, gpus) == (nproc, 8)
+    assert argv[argv.index("--nproc_per_node") + 1] == str(nproc)
+    assert argv[-3:] == [str(tmp_path / "j1" / "mt_rank.py"), "--local-rank-arg", "/srv/train.py"]
+    module = _EightGPUNode(script="/srv/train.py", env={"CUDA_VISIBLE_DEVICES": "0,9"}, rdzv_id="j1")
+    with pytest.raises(Exit):
+        start_mod.plan_start(module, "py", "j1", str(tmp_path / "j1"), "node1", {})
+    assert module.result["msg"].startswith('env["CUDA_VISIBLE_DEVICES"]="0,9": GPU 9 is not on this node (8 GPUs)')
 
 
 def test_supervisor_and_keeper_argv():

@@ -321,6 +321,27 @@ def test_code_src_must_exist_on_the_controller(tmp_path):
     assert rule("train_code_src", str(tmp_path), {}, {}) == []
 
 
+def test_requirements_include_a_controller_file_with_pips_r(tmp_path, monkeypatch):
+    """train_requirements / wheel_distribute_requirements: PEP 508 items and pip's ``-r <path>`` (the former
+    train_requirements_file), the file on the controller, relative from the working directory."""
+    specs = _specs()
+    (tmp_path / "requirements.txt").write_text("accelerate\n")
+    monkeypatch.chdir(tmp_path)
+
+    def run(name, value):
+        return lines(v.validate({name: specs[name]}, {name: value}, r.RULES, {}))
+
+    for name in ("train_requirements", "wheel_distribute_requirements"):
+        assert run(name, ["six", "-r requirements.txt", "-r%s/requirements.txt" % tmp_path,
+                          "--requirement=requirements.txt"]) == []
+        problems = run(name, ["six", "-r missing.txt"])
+        assert problems == ['%s[1]="-r missing.txt": no such file on the controller; valid: %s'
+                            % (name, r.REQUIREMENTS_VALID)]
+        assert all(SHAPE.match(line) for line in problems)
+        assert "a pip option other than -r <path>" in run(name, ["-e ."])[0]
+    assert "train_requirements_file" not in specs
+
+
 # ---------------------------------------------------------------- the manifest on the controller
 
 MANIFEST = {"schema": 1, "wheel": "w.whl", "wheel_sha256": "0" * 64, "deepspeed": {}, "accelerator": "cpu",

@@ -77,6 +77,24 @@ def test_a_missing_requirements_file_is_refused_naming_the_variable(tmp_path):
                              "valid: a readable requirements file" % (tmp_path / "nope.txt"))
 
 
+def test_an_included_requirements_file_is_read_and_a_missing_one_refused(tmp_path):
+    """``-r <path>`` in the list (train_requirements' former train_requirements_file): its lines join the
+    resolution; a missing file is refused naming the item."""
+    (tmp_path / "requirements.txt").write_text("# the job's\naccelerate\n")
+    module = FakeModule(params(tmp_path, ["-r %s" % (tmp_path / "requirements.txt")]), check_mode=True)
+    result = run(module)
+    assert not result.get("failed") and result["cmd"][-1] == "accelerate"
+    (tmp_path / "again").mkdir()
+    base = params(tmp_path / "again", [])
+    result = run(FakeModule(dict(base, requirements=["six", "-r %s" % (tmp_path / "nope.txt")])))
+    assert result["msg"] == ('wheel_distribute_requirements[1]="-r %s": no such file on the controller; valid: '
+                             "-r <path of a readable requirements file>" % (tmp_path / "nope.txt"))
+    # the same package in the list and in the file: named at both places
+    result = run(FakeModule(dict(base, requirements=["accelerate", "-r %s" % (tmp_path / "requirements.txt")])))
+    assert result["msg"] == ("%s line 2: 'accelerate': accelerate is already required at wheel_distribute_requirements "
+                             "line 1" % (tmp_path / "requirements.txt"))
+
+
 def test_a_lock_is_reused_only_with_its_digest_and_every_wheel_present(tmp_path):
     dest, wheelhouse = tmp_path / "dest", tmp_path / "wheelhouse"
     dest.mkdir()

@@ -1,5 +1,8 @@
 """Package set comparison across nodes and against the job requirements' lock (plugins/module_utils/_wheel/package_set.py,
 _wheel/requirements.py's lock_problems)."""
+import pytest
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.multinode.training.plugins.filter.package_set_diff import package_lock_problems
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences, lock_differences
 from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems, unmet_requirements
@@ -54,8 +57,8 @@ def test_lock_problems_name_node_venv_and_package():
     lock = BASE + ["six==1.17.0"]
     assert lock_problems({"n1": lock, "n2": BASE}, "/v", lock) == [
         "n2: the venv /v does not hold the job requirements' lock: six: the lock has 1.17.0, not installed; "
-        "valid: the venv that multinode.training.wheel_distribute installs from train_requirements / "
-        "train_requirements_file (run with tag prepare)"]
+        "valid: the venv that multinode.training.wheel_distribute installs from train_requirements "
+        "(run with tag prepare)"]
     # no lock in this run (the prepare tag skipped): the requirements themselves
     assert lock_problems({"n1": BASE, "n2": BASE}, "/v", [], ["six==1.17.0"])[1].startswith(
         "n2: the venv /v does not hold the job requirements: six==1.17.0: not installed;")
@@ -66,5 +69,17 @@ def test_filter_reads_the_probes():
     probes = {"n1": {"environment": {"packages": BASE}}, "n2": {"environment": None}, "n3": None}
     assert package_lock_problems(probes, "/v", None, ["tabulate==0.8.10"]) == [
         "n1: the venv /v does not hold the job requirements: tabulate==0.8.10: installed 0.9.0; valid: the venv "
-        "that multinode.training.wheel_distribute installs from train_requirements / train_requirements_file "
+        "that multinode.training.wheel_distribute installs from train_requirements "
         "(run with tag prepare)"]
+
+
+def test_filter_reads_the_files_the_requirements_include(tmp_path, monkeypatch):
+    """train_requirements' ``-r <path>`` items (no lock in this run): the file's lines, read on the controller."""
+    (tmp_path / "requirements.txt").write_text("# the job's\ntabulate==0.8.10  # pinned\n\nsix\n")
+    monkeypatch.chdir(tmp_path)
+    probes = {"n1": {"environment": {"packages": BASE}}}
+    problems = package_lock_problems(probes, "/v", [], ["accelerate>=1.0", "-r requirements.txt"])
+    assert len(problems) == 1
+    assert "job requirements: tabulate==0.8.10: installed 0.9.0 | six: not installed; valid:" in problems[0]
+    with pytest.raises(AnsibleFilterError, match="requirements: -r missing.txt: cannot be read on the controller"):
+        package_lock_problems(probes, "/v", [], ["-r missing.txt"])

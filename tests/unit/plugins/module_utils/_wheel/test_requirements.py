@@ -128,3 +128,25 @@ def test_lock_round_trip_and_digest():
 def test_wheel_name_version():
     assert reqs.wheel_name_version("hf_xet-1.8.0-cp38-abi3-manylinux2014_x86_64.whl") == ("hf-xet", "1.8.0")
     assert reqs.wheel_name_version("deepspeed-0.19.8.tar.gz") is None
+
+
+@pytest.mark.parametrize("item, path", [
+    ("-r requirements.txt", "requirements.txt"), ("-r  /srv/job/req s.txt ", "/srv/job/req s.txt"),
+    ("-rreq.txt", "req.txt"), ("--requirement req.txt", "req.txt"), ("--requirement=req.txt", "req.txt"),
+    ("accelerate>=1.0", None), ("-r", None), ("-e .", None), ("--index-url https://x", None),
+])
+def test_included_file_is_pips_r(item, path):
+    assert reqs.included_file(item) == path
+
+
+def test_groups_read_each_included_file_after_the_lists_own_lines():
+    files = {"a.txt": "six\n# c\n", "/b.txt": "rich\n"}
+    groups = reqs.requirement_groups(["accelerate", "-r a.txt", "tabulate", "--requirement=/b.txt"], "train_requirements",
+                                     files.__getitem__)
+    assert groups == [("train_requirements", ["accelerate", "", "tabulate", ""]), ("a.txt", ["six", "# c"]),
+                      ("/b.txt", ["rich"])]
+    # a problem in the list still names the item's position; one in a file its file and line
+    with pytest.raises(reqs.RequirementsError, match=r"train_requirements line 3: 'tab ulate'"):
+        reqs.parse_requirements(reqs.requirement_groups(["six", "-r a.txt", "tab ulate"], "train_requirements",
+                                                        files.__getitem__)[0][1], "train_requirements")
+    assert reqs.requirement_groups([], "x", files.__getitem__) == [("x", [])]
