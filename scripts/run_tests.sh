@@ -9,7 +9,7 @@
 # minutes on a fresh machine) runs beside the first checks from the start, and every
 # scenario waits for it (MOLECULE_AFTER): the checks need no image. The CUDA build and the
 # GPU check's CPU part run in the background from the start: cuda-build spends a cold run
-# mostly downloading the ~2.4 GB CUDA stack from PyPI (network, not CPU), then gpu-check
+# mostly downloading the CUDA 13 and CUDA 12 stacks (~6.3 GB, network, not CPU), then gpu-check
 # (the GPU bundle and a DeepSpeed build against a preinstalled torch). Every step runs
 # even after a failure of another; logs are printed whole when a step ends. A failed
 # step's last lines are printed again at the very end, so that the tail of the log (all a

@@ -9,9 +9,16 @@ from ansible_collections.multinode.training.plugins.module_utils._build import c
 from ansible_collections.multinode.training.plugins.module_utils._build import toolchain
 
 
-def find_nvcc(module, explicit):
+def find_nvcc(module, explicit, env=None):
+    """The nvcc a build uses: ``explicit``; else the toolkit of a CUDA_HOME the user gave in ``env``
+    (deepspeed_build_env, which the build's setup.py also gets: the plan must judge the nvcc the compile runs,
+    not the first on PATH); else PATH, the host's $CUDA_HOME, /usr/local/cuda. None when there is none."""
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
+    given = (env or {}).get("CUDA_HOME")
+    if given:
+        path = os.path.join(str(given), "bin", "nvcc")
+        return path if os.access(path, os.X_OK) else None
     found = module.get_bin_path("nvcc")
     if found:
         return found

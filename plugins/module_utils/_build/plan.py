@@ -157,7 +157,7 @@ def plan(module, p):
         except cuda_arch.ArchListError as exc:
             module.fail_json(msg=str(exc))
 
-    nvcc = _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, p["nvcc"]))
+    nvcc = _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, p["nvcc"], p["env"]))
     if p["phase"] == "inputs" and not p["torch"]:
         if p["accelerator"] == "cuda" and not nvcc:
             try:

@@ -89,7 +89,7 @@ def probe_python(module, venv_python, result):
     # The GPUs the wheel is for (the nodes' as read there, this host's) and this host's nvcc.
     nodes = dict(p["nodes"] or {})
     nodes["%s (the build host)" % platform.node()] = read_gpus(module)
-    nvcc = None if p["accelerator"] == "cpu" else _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, ""))
+    nvcc = None if p["accelerator"] == "cpu" else _nvcc.probe_nvcc(module, _nvcc.find_nvcc(module, "", p["env"]))
     # The torch to build against: this run's first probe resolved it, or pip's dry run (_build.torch_info).
     choice = choose_torch(module, result, nodes, nvcc)
     if (p["torch"] or {}).get("version"):

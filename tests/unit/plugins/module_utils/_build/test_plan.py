@@ -52,7 +52,7 @@ def test_a_missing_cxx_is_refused_naming_the_toolchain_role():
 
 
 def test_the_plan_says_which_compilers_it_is_for(monkeypatch):
-    monkeypatch.setattr(_plan._nvcc, "find_nvcc", lambda module, explicit: None)
+    monkeypatch.setattr(_plan._nvcc, "find_nvcc", lambda module, explicit, env=None: None)
     module = FakeModule({})
     p = dict(_plan.defaults(), phase="inputs", cc="gcc-11", cxx="g++-11")
     result = _plan.plan(module, p)
