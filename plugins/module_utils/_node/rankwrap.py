@@ -153,6 +153,8 @@ def main(argv=None):
     try:
         if argv[:1] == ["-m"]:
             sys.argv = [argv[1]] + argv[2:]
+            # `python -m` imports from the working directory (the job's chdir), not from this file's folder.
+            sys.path[0] = os.getcwd()
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
         else:
             script = argv[0]

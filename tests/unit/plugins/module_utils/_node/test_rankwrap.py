@@ -177,3 +177,18 @@ def test_deepspeed_contract_is_pure_and_only_with_the_option():
     assert rankwrap.deepspeed_contract(["--local-rank-arg", "-m", "pkg.train", "a"], {"LOCAL_RANK": "0"}) == (
         ["-m", "pkg.train", "--local_rank=0", "a"], {})
     assert env == dict(TORCHRUN_ENV, LOCAL_RANK="3")  # the caller's environment is not changed
+
+
+def test_a_module_is_imported_from_the_working_directory_as_python_m_does(tmp_path):
+    """train_module: torchrun runs the wrapper (in the job's folder) with the code folder as working directory;
+    `python -m pkg.train` there imports pkg from it, so must the wrapper."""
+    code = tmp_path / "code"
+    (code / "pkg").mkdir(parents=True)
+    (code / "pkg" / "__init__.py").write_text("")
+    (code / "pkg" / "train.py").write_text("import sys\nprint('ran', __name__, sys.argv[1:])\n")
+    env = dict(os.environ, MULTINODE_TRAINING_JOB_DIR=str(tmp_path), RANK="0", LOCAL_RANK="0")
+    env.pop("PYTHONPATH", None)
+    proc = subprocess.run([sys.executable, WRAPPER, "-m", "pkg.train", "--steps", "2"], env=env, cwd=str(code),
+                          capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "ran __main__ ['--steps', '2']"
