@@ -194,8 +194,8 @@ options:
         default: ''
       nodes:
         description:
-          - For O(probe.torch_requirement=auto) - the GPU nodes the wheel is for, by name, each as step O(gpus)
-            answered there (C(driver), C(gpus), C(error)).
+          - For O(probe.torch_requirement=auto) and O(probe.cuda_arch_list=auto) - the GPU nodes the wheel is for, by
+            name, each as step O(gpus) answered there (C(driver), C(gpus), C(error)).
         type: dict
         default: {}
   gpus:
@@ -236,8 +236,8 @@ options:
         default: auto
       cuda_arch_list:
         description:
-          - C(auto) takes the union of the compute capabilities of this host's GPUs and adds C(+PTX) on the highest; otherwise
-            an explicit list such as C(7.5;8.0;9.0+PTX).
+          - C(auto) takes the union of the compute capabilities of this host's GPUs and those of O(plan.nodes) and adds
+            C(+PTX) on the highest; otherwise an explicit list such as C(7.5;8.0;9.0+PTX).
           - Ignored for cpu builds.
         type: str
         default: auto
@@ -282,6 +282,12 @@ options:
         description: Parallel compile jobs inside each op (C(MAX_JOBS)); 0 means the CPUs this process may use.
         type: int
         default: 0
+      nodes:
+        description:
+          - The nodes the wheel is for, by name, each as step O(gpus) answered there (C(driver), C(gpus), C(error)).
+            Their GPUs join this host's for O(plan.cuda_arch_list=auto); a node whose nvidia-smi failed refuses it.
+        type: dict
+        default: {}
       site_packages:
         description:
           - site-packages of the build venv once the CUDA torch is installed there. For cuda builds, headers the toolkit
@@ -665,7 +671,12 @@ arch_list:
   type: str
   sample: 8.0;9.0+PTX
 gpus:
-  description: GPUs seen by nvidia-smi (name, compute_cap).
+  description: This host's GPUs seen by nvidia-smi (name, compute_cap).
+  returned: with O(plan)
+  type: list
+  elements: dict
+node_gpus:
+  description: The GPUs of O(plan.nodes) (name, compute_cap), which join RV(gpus) for O(plan.cuda_arch_list=auto).
   returned: with O(plan)
   type: list
   elements: dict

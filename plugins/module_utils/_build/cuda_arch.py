@@ -97,7 +97,8 @@ def auto_arch_list(gpus):
     if not gpus:
         raise ArchListError(
             "deepspeed_build_cuda_arch_list=auto: no GPU is visible on this build host "
-            "(nvidia-smi found none), so auto has nothing to read; list the compute capabilities of "
+            "(nvidia-smi found none) nor on the nodes of the inventory group train, so auto has nothing "
+            "to read; list the compute capabilities of "
             "the GPUs of the nodes the wheel is for (`nvidia-smi --query-gpu=compute_cap "
             "--format=csv,noheader` on each), e.g. deepspeed_build_cuda_arch_list='8.0;9.0+PTX'")
     unknown = [g["name"] for g in gpus if not g.get("compute_cap")]

@@ -32,6 +32,18 @@ def probe_gpus(module, host, needed):
     return gpus
 
 
+def nodes_gpus(module, nodes, needed):
+    """The GPUs of the nodes the wheel is for (``nodes``: step gpus' answers by node, build_deepspeed.yml's group
+    train), for arch list auto with the build host's. A node whose nvidia-smi failed refuses it (``needed``):
+    its GPUs would otherwise be left out of the wheel without a word."""
+    failed = ["%s: %s" % (name, node["error"]) for name, node in sorted((nodes or {}).items())
+              if node and node.get("error")]
+    if failed and needed:
+        module.fail_json(msg="deepspeed_build_cuda_arch_list=auto: nvidia-smi cannot read the GPUs of %s; valid: fix "
+                             "nvidia-smi there, or an explicit deepspeed_build_cuda_arch_list" % "; ".join(failed))
+    return [gpu for _name, node in sorted((nodes or {}).items()) if node for gpu in node.get("gpus") or []]
+
+
 def probe_cpu(module, cc):
     cc_path = module.get_bin_path(cc)
     if not cc_path:
@@ -93,6 +105,7 @@ ARGUMENT_SPEC = dict(
     site_packages=dict(type="path"),
     env=dict(type="dict", default={}),
     install_prerequisites=dict(type="bool", default=True),
+    nodes=dict(type="dict", default={}),
 )
 
 
@@ -172,12 +185,13 @@ def plan(module, p):
     except torch_info.TorchError as exc:
         module.fail_json(msg=str(exc), nvcc=nvcc, torch=p["torch"])
 
-    gpus = probe_gpus(module, host, accelerator == "cuda" and explicit_arch is None)
-    arch_list = cuda_arch_list(module, host, accelerator, explicit_arch, gpus, nvcc)
+    node_gpus = nodes_gpus(module, p["nodes"], accelerator == "cuda" and explicit_arch is None)
+    gpus = probe_gpus(module, host, accelerator == "cuda" and explicit_arch is None and not node_gpus)
+    arch_list = cuda_arch_list(module, host, accelerator, explicit_arch, gpus + node_gpus, nvcc)
 
     if p["phase"] == "inputs":
         result = dict(changed=False, nvcc=nvcc, accelerator=accelerator, arch_list=arch_list, gpus=gpus,
-                      cc=p["cc"], cxx=p["cxx"])
+                      node_gpus=node_gpus, cc=p["cc"], cxx=p["cxx"])
         if p["source_dir"]:
             result.update(resolve_ops(module, p["source_dir"], accelerator, p["ops"], arch_list, nvcc))
         return result
@@ -185,7 +199,7 @@ def plan(module, p):
     jobs = p["jobs"] or usable_cpus()
     env = build_env(module, p, host, accelerator, arch_list, nvcc, jobs)
 
-    result = dict(changed=False, accelerator=accelerator, arch_list=arch_list, gpus=gpus, nvcc=nvcc,
+    result = dict(changed=False, accelerator=accelerator, arch_list=arch_list, gpus=gpus, node_gpus=node_gpus, nvcc=nvcc,
                   cpu=cpu, jobs=jobs, env=env, cc=p["cc"], cxx=p["cxx"],
                   compiler={"gcc": gcc_version,
                             "cxx_standard": _toolchain.cxx_standard(p["deepspeed_version"],
@@ -210,12 +224,15 @@ def summary(planned, torch, accelerator, arch_list):
         why = ("deepspeed_build_accelerator=cpu" if accelerator == "cpu" else
                "auto: no nvcc on the build host" if not nvcc else "auto: torch %s is a CPU build" % torch.get("version"))
         return "%s: %s" % (made, why)
-    gpus = sorted({"%s (%s)" % (g.get("name"), g.get("compute_cap")) for g in planned.get("gpus") or []})
+    gpus = sorted({"%s (%s)" % (g.get("name"), g.get("compute_cap"))
+                   for g in (planned.get("gpus") or []) + (planned.get("node_gpus") or [])})
     return "%s (CUDA %s) with nvcc %s, GPU code for %s: %s; %s" % (
         made, torch.get("cuda"), nvcc, planned.get("arch_list"),
         "deepspeed_build_accelerator=cuda" if accelerator == "cuda" else
         "auto: nvcc and a CUDA build of torch are both there",
-        "the arch list as given" if arch_list != "auto" else "auto: the GPUs of the build host, %s" % ", ".join(gpus))
+        "the arch list as given" if arch_list != "auto" else "auto: the GPUs of %s, %s" % (
+            "the nodes of group train and the build host" if planned.get("node_gpus") else "the build host",
+            ", ".join(gpus)))
 
 
 def run_module(module):

@@ -151,7 +151,7 @@ def probe_plan(module, source, result):
     plan_params = _build_plan.defaults()
     plan_params.update(accelerator=p["accelerator"], cuda_arch_list=p["cuda_arch_list"], ops=p["ops"],
                        torch=result["torch"], torch_requirement=result["torch_choice"]["requirement"], jobs=p["jobs"],
-                       env=p["env"], install_prerequisites=p["install_prerequisites"],
+                       env=p["env"], install_prerequisites=p["install_prerequisites"], nodes=p["nodes"],
                        deepspeed_version=source.get("version"), **compilers(p["gcc"]))
     torch_known = bool(result["torch"]) or p["accelerator"] != "auto"
     if source["ready"] and torch_known:

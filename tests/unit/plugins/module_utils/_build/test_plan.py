@@ -85,3 +85,50 @@ def test_the_summary_says_why_a_build_is_cpu(accelerator, nvcc, version, why):
 
 def test_no_summary_before_the_plan_has_an_accelerator():
     assert _plan.summary({"accelerator": None}, {}, "auto", "auto") == ""
+
+
+def _cuda_plan(monkeypatch, nodes, arch="auto", host_gpus=()):
+    """plan() in phase inputs for a CUDA 12 torch with nvcc 12.4, the build host's nvidia-smi answering host_gpus."""
+    nvcc = dict(NVCC, release="12.4", archs=["5.0", "6.0", "7.0", "7.5", "8.0", "8.6", "8.9", "9.0"])
+    monkeypatch.setattr(_plan._nvcc, "find_nvcc", lambda module, explicit, env=None: nvcc["path"])
+    monkeypatch.setattr(_plan._nvcc, "probe_nvcc", lambda module, path: nvcc)
+    monkeypatch.setattr(_plan.cuda_arch, "query_gpus", lambda run, smi: (list(host_gpus), [], None))
+    module = FakeModule({})
+    module.run_command = lambda argv, **kwargs: (1, "", "not run here")
+    p = dict(_plan.defaults(), phase="inputs", accelerator="cuda", cuda_arch_list=arch, nodes=nodes,
+             torch={"version": "2.13.0+cu126", "cuda": "12.6"}, torch_requirement="torch==2.13.0+cu126")
+    return module, p
+
+
+def _recorded(gpus):
+    from tests.unit.plugins.module_utils._build.test_torch_pick import node  # recorded nvidia-smi answers
+    return node(gpus, None)
+
+
+def test_arch_list_auto_covers_the_nodes_gpus_when_the_build_host_has_none(monkeypatch):
+    nodes = {"gpu1": _recorded("a40x10.csv"), "gpu2": _recorded("h100x2.csv")}
+    module, p = _cuda_plan(monkeypatch, nodes)
+    result = _plan.plan(module, p)
+    assert result["arch_list"] == "8.6;9.0+PTX", result
+    assert result["gpus"] == [] and len(result["node_gpus"]) == 12
+    assert _plan.summary(dict(result, ops=[]), p["torch"], "cuda", "auto").endswith(
+        "GPU code for 8.6;9.0+PTX: deepspeed_build_accelerator=cuda; auto: the GPUs of the nodes of group train and "
+        "the build host, NVIDIA A40 (8.6), NVIDIA H100 80GB HBM3 (9.0)")
+    # the build host's own GPUs join them
+    module, p = _cuda_plan(monkeypatch, {"gpu1": _recorded("a40x10.csv")},
+                           host_gpus=[{"name": "Tesla V100-SXM2-32GB", "compute_cap": "7.0"}])
+    assert _plan.plan(module, p)["arch_list"] == "7.0;8.6+PTX"
+
+
+def test_arch_list_auto_refuses_a_node_whose_nvidia_smi_failed(monkeypatch):
+    nodes = {"gpu1": _recorded("h100x2.csv"),
+             "gpu2": {"gpus": [], "driver": None, "error": "`nvidia-smi --query-gpu=name --format=csv,noheader` exited "
+                      "18: Failed to initialize NVML: Driver/library version mismatch"}}
+    module, p = _cuda_plan(monkeypatch, nodes)
+    with pytest.raises(Exit):
+        _plan.plan(module, p)
+    assert module.result["msg"].startswith("deepspeed_build_cuda_arch_list=auto: nvidia-smi cannot read the GPUs of "
+                                           "gpu2: `nvidia-smi"), module.result["msg"]
+    # an explicit list does not need the nodes' GPUs
+    module, p = _cuda_plan(monkeypatch, nodes, arch="9.0")
+    assert _plan.plan(module, p)["arch_list"] == "9.0"
