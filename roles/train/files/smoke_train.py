@@ -71,6 +71,9 @@ def parse_args(argv=None):
                         help="every step line ends with the time it was printed")
     parser.add_argument("--echo-args", action="store_true",
                         help="print the arguments received (each repr'd) and exit after the all-reduce")
+    parser.add_argument("--local_rank", type=int, default=-1,
+                        help="as DeepSpeed's launcher passes it (train_local_rank_arg: true): checked against "
+                             "LOCAL_RANK and printed with CROSS_RANK, CROSS_SIZE and LOCAL_SIZE")
     parser.add_argument("extra", nargs="*", help="free arguments, only echoed")
     return parser.parse_args(argv)
 
@@ -211,6 +214,13 @@ def _run(args):
     expected = world_size * (world_size - 1) // 2
     print("smoke: rank=%d world_size=%d allreduce_sum=%d expected=%d host=%s cwd=%s"
           % (rank, world_size, total, expected, os.uname()[1], os.getcwd()), flush=True)
+    if args.local_rank != -1:
+        # What a script written for `deepspeed` reads: its --local_rank, and the launcher's per-node variables.
+        print("smoke: rank=%d --local_rank=%d LOCAL_RANK=%s CROSS_RANK=%s CROSS_SIZE=%s LOCAL_SIZE=%s"
+              % (rank, args.local_rank, os.environ.get("LOCAL_RANK"), os.environ.get("CROSS_RANK"),
+                 os.environ.get("CROSS_SIZE"), os.environ.get("LOCAL_SIZE")), flush=True)
+        if str(args.local_rank) != os.environ.get("LOCAL_RANK"):
+            raise RuntimeError("--local_rank=%d but LOCAL_RANK=%s" % (args.local_rank, os.environ.get("LOCAL_RANK")))
     if args.echo_args:
         print("smoke: args=%r" % (args.extra,), flush=True)
     if total != expected:
