@@ -60,6 +60,12 @@ ansible_facts:
   returned: always
   type: dict
   contains:
+    multinode_training_platform:
+      description:
+        - C(machine) (C(uname -m), C(x86_64)) and C(glibc) (its version, C(2.36); null without glibc), read
+          without a subprocess - the platform role C(wheel_distribute) resolves the job requirements for.
+      type: dict
+      returned: always
     multinode_training_account:
       description:
         - With O(account) - C(name), C(uid) (null where the account is missing), C(used) (the system uids other

@@ -84,12 +84,25 @@ options:
         the exact versions of the wheelhouse (C(pip install --dry-run --report), nothing is installed).
       - A requirement that would change torch, DeepSpeed or one of their dependencies is refused naming the package and
         pip's conflict; a package or version the index lacks is refused naming it.
+      - With O(lock.nodes), wheels are resolved for the nodes' platform - their one machine arch and their lowest glibc,
+        as every tag such a node runs (C(--platform manylinux_2_<glibc>_<arch>) down to the oldest, the legacy
+        C(manylinux2014)/C(2010)/C(1) names, C(linux_<arch>)); nodes of several archs, or without glibc, are refused
+        naming them.
+      - A requirement (or a dependency) pip finds no wheel of, but an sdist, is built once on the controller with
+        C(pip wheel --no-deps) of the newest version the requirement allows, by a python of the nodes' version (O(lock.python)
+        or C(python<X.Y>) on PATH), with the pinned torch (C(PIP_CONSTRAINT), which reaches pip's build isolation); an sdist
+        that imports torch without declaring it (flash-attn, apex) is built again without build isolation in a venv of the
+        wheelhouse's torch and build tools, made once. The controller must be of the nodes' arch with a glibc no newer than
+        theirs. The built wheel's tags must run on every node; it goes to O(lock.build_dir) and is resolved again from
+        there, so that it is downloaded into O(lock.dest) and locked with its sha256 like every other wheel. A requirement
+        that cannot be built is refused naming it and why (no compiler, no nvcc, no torch to build against, the
+        build's own error lines).
       - The wheels the requirements add are downloaded (C(pip download --no-deps)) into O(lock.dest) and checked against
         the sha256 in pip's report; the lock file lists every package of the environment with its sha256, for an offline
         C(pip install --no-index --require-hashes) on the nodes.
-      - A lock whose recorded input digest matches (same requirements, pins, python, pip arguments and wheel) and whose
-        wheels are present with their sha256 is reused without running pip; nothing is downloaded.
-      - Check mode - Resolves and reports; writes neither wheels nor the lock.
+      - A lock whose recorded input digest matches (same requirements, pins, python, platform, pip arguments and wheel) and
+        whose wheels are present with their sha256 is reused without running pip; nothing is downloaded or built.
+      - Check mode - Resolves and reports; writes neither wheels nor the lock, and builds nothing (RV(would_build)).
     type: dict
     suboptions:
       requirements:
@@ -133,8 +146,22 @@ options:
         elements: str
         default: []
       python:
-        description: Python interpreter (with pip) that resolves and downloads; default the one running this module.
+        description:
+          - Python interpreter (with pip) that resolves and downloads; default the one running this module.
+          - It also builds an sdist when it is the nodes' python version (else C(python<X.Y>) on PATH does).
         type: path
+      nodes:
+        description:
+          - Each node's C(machine) and C(glibc) (fact C(multinode_training_platform) of M(multinode.training.node_facts)).
+            Empty - no platform is given to pip (the controller's own).
+        type: dict
+        default: {}
+      build_dir:
+        description:
+          - Controller folder of the wheels built from sdists, one subfolder per build key (the pins, the python, the
+            platform), and of the venv with the pinned torch that builds without isolation.
+        type: path
+        default: ~/.cache/multinode-training/sdist-build
   pack:
     description:
       - The files a node lacks (O(pack.send), names from the O(source) step's RV(files)) as one uncompressed tar on the
@@ -313,7 +340,7 @@ attributes:
     details:
       - O(source), O(compat), O(pack) and O(report) never report a change.
       - O(seed) fills a new release once; run again, every file is there and nothing is carried (changed=false).
-      - O(lock) reuses the lock and the downloaded wheels for the same inputs (changed=false, no pip run).
+      - O(lock) reuses the lock and the downloaded wheels for the same inputs (changed=false, no pip run, nothing built).
 """
 
 EXAMPLES = r"""
@@ -414,6 +441,21 @@ added:
   elements: str
 downloaded:
   description: File names downloaded in this run (empty on a re-run).
+  returned: with O(lock)
+  type: list
+  elements: str
+built:
+  description: File names of the wheels built from sdists in this run (empty on a re-run).
+  returned: with O(lock)
+  type: list
+  elements: str
+would_build:
+  description: In check mode, the C(name==version) that would be built from an sdist (the resolution stops there).
+  returned: with O(lock), in check mode, when an sdist would be built
+  type: list
+  elements: str
+platform:
+  description: The C(--platform) tags the requirements were resolved for (empty without O(lock.nodes)).
   returned: with O(lock)
   type: list
   elements: str

@@ -204,12 +204,23 @@ def setup_facts(module):
     return collector.collect(module=module)
 
 
+def platform_facts():
+    """The node's machine (``uname -m``) and glibc version (None on musl), without a subprocess: the platform
+    that role wheel_distribute resolves job requirements for (_wheel/node_platform.py)."""
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION").split()[-1]
+    except (AttributeError, ValueError, OSError, IndexError):
+        glibc = None
+    return {"machine": os.uname().machine, "glibc": glibc}
+
+
 def run_module(module):
     """Module node_facts: ``ip -j`` where it works, else setup's collectors; says which (facts_source)."""
     facts = ip_facts(module)
     source = "ip"
     if facts is None:
         facts, source = setup_facts(module), "setup"
+    facts["multinode_training_platform"] = platform_facts()
     if module.params.get("account") is not None:
         facts["multinode_training_account"] = node_account_facts(module.params["account"])
     if module.params.get("writes") is not None:

@@ -138,10 +138,15 @@ def constraints_text(pinned):
     return "".join("%s==%s\n" % (name, version) for name, version in sorted(pinned.items()))
 
 
-def input_digest(requirements, pinned, python_version, pip_args, wheel_sha256):
-    """sha256 over everything that decides the resolution; recorded in the lock's header."""
+def input_digest(requirements, pinned, python_version, pip_args, wheel_sha256, platform_tags=()):
+    """sha256 over everything that decides the resolution; recorded in the lock's header.
+
+    platform_tags: pip's ``--platform`` tags for the nodes (_wheel/node_platform.py); none (nodes not known)
+    leaves the digest as it was before the platform was resolved for."""
     doc = {"requirements": [r["text"] for r in requirements], "pinned": pinned,
            "python": python_version, "pip_args": list(pip_args), "wheel_sha256": wheel_sha256}
+    if platform_tags:
+        doc["platform"] = list(platform_tags)
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 

@@ -76,6 +76,16 @@ def _abi_ok(tag, node):
     return tag in ("none", "abi3", node.get("abi"))
 
 
+def tag_mismatches(wheel_name, python_facts):
+    """The wheel's tag fields that no tag of the interpreter matches, as ``platform linux_aarch64`` etc."""
+    wheel = parse_wheel_filename(wheel_name)
+    missing = []
+    for field, accepts in (("python", _python_ok), ("abi", _abi_ok), ("platform", _platform_ok)):
+        if not any(accepts(t, python_facts) for t in wheel[field]):
+            missing.append("%s %s" % (field, ".".join(wheel[field])))
+    return missing
+
+
 def wheel_tag_problems(wheel_name, python_facts, node):
     """Problems running a wheel on a node's interpreter (python tag, ABI, platform)."""
     tags = parse_wheel_filename(wheel_name)

@@ -119,7 +119,7 @@ def test_run_module_takes_ip_s_facts_and_says_so(monkeypatch):
         nf.run_module(module)
     assert module.result["facts_source"] == "ip"
     assert module.result["ansible_facts"] == dict(nf.network_facts(_read("ip_addr.json"), _read("route4.json"), None),
-                                                  **nf.user_facts())
+                                                  multinode_training_platform=nf.platform_facts(), **nf.user_facts())
     assert len(module.calls) == 3
 
 
@@ -128,7 +128,15 @@ def test_run_module_falls_back_to_setup_without_ip_or_when_it_fails(monkeypatch,
     monkeypatch.setattr(nf, "setup_facts", lambda module: {"ansible_user_id": "from setup"})
     with pytest.raises(SystemExit):
         nf.run_module(module)
-    assert module.result == {"changed": False, "ansible_facts": {"ansible_user_id": "from setup"}, "facts_source": "setup"}
+    assert module.result == {"changed": False, "facts_source": "setup", "ansible_facts": {
+        "ansible_user_id": "from setup", "multinode_training_platform": nf.platform_facts()}}
+
+
+def test_the_platform_is_this_machines_arch_and_glibc():
+    """What role wheel_distribute resolves job requirements for (_wheel/node_platform.py), no subprocess."""
+    import platform
+    assert nf.platform_facts() == {"machine": platform.machine(),
+                                   "glibc": platform.libc_ver()[1] if platform.libc_ver()[0] == "glibc" else None}
 
 
 def test_the_job_accounts_facts_with_account(monkeypatch):
