@@ -173,7 +173,7 @@ def pip_failure(output, requirements, pinned):
                 found = re.search(r"\(from versions: ([^)]*)\)", prev)
                 if found:
                     versions = found.group(1)
-            problems.append("%s: the index has no wheel of %s for this python (versions it has: %s)"
+            problems.append("%s: the index has no wheel of %s for the nodes' python and platform (versions it has: %s)"
                             % (where(name), spec, versions or "none"))
     if _CONFLICT_START in lines:
         start = lines.index(_CONFLICT_START) + 1

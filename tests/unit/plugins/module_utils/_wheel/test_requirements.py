@@ -90,7 +90,7 @@ def test_report_entry_without_hash_or_not_a_wheel_is_refused():
       "torchvision 0.20.0 depends on torch==2.5.0"]),
     ("unknown_package", ["no-such-package-xyz-42"],
      ["wheel_distribute_requirements line 1 (no-such-package-xyz-42): the index has no wheel of "
-      "no-such-package-xyz-42 for this python (versions it has: none)"]),
+      "no-such-package-xyz-42 for the nodes' python and platform (versions it has: none)"]),
     ("missing_version", ["tabulate==99.0"],
      ["wheel_distribute_requirements line 1 (tabulate==99.0): the index has no wheel of tabulate==99.0",
       "versions it has: 0.7.6b0, 0.7.7, 0.8.7, 0.8.8, 0.8.9, 0.8.10, 0.9.0, 0.10.0"]),
