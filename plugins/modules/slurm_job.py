@@ -102,15 +102,6 @@ options:
     type: list
     elements: str
     default: []
-  local_rank_arg:
-    description:
-      - Give each rank's script V(--local_rank=<N>) (its local rank) right after the script or module, before
-        O(args), and the variables C(CROSS_RANK), C(CROSS_SIZE) and C(LOCAL_SIZE), as DeepSpeed's launcher
-        (C(deepspeed --hostfile)) does; torchrun passes the local rank only as C(LOCAL_RANK). The rank wrapper
-        adds them in each rank's process.
-      - For a script written for the DeepSpeed launcher that reads C(args.local_rank).
-    type: bool
-    default: false
   python:
     description: Python of the venv on the nodes (runs torchrun).
     type: path
@@ -240,6 +231,7 @@ options:
     default: 0.5
 extends_documentation_fragment:
   - multinode.training.progress
+  - multinode.training.local_rank
 attributes:
   action:
     description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.

@@ -58,15 +58,6 @@ options:
       - Anything but a list is refused (a string would be split by Ansible's list conversion).
     type: raw
     default: []
-  local_rank_arg:
-    description:
-      - Give each rank's script V(--local_rank=<N>) (its local rank) right after the script or module, before
-        O(args), and the variables C(CROSS_RANK), C(CROSS_SIZE) and C(LOCAL_SIZE), as DeepSpeed's launcher
-        (C(deepspeed --hostfile)) does; torchrun passes the local rank only as C(LOCAL_RANK). The rank wrapper
-        adds them in each rank's process.
-      - For a script written for the DeepSpeed launcher that reads C(args.local_rank).
-    type: bool
-    default: false
   nnodes:
     description: Number of nodes, V(N), or an elastic range V(MIN:MAX) with MIN <= MAX.
     type: str
@@ -343,6 +334,7 @@ options:
     type: int
 extends_documentation_fragment:
   - multinode.training.progress
+  - multinode.training.local_rank
 attributes:
   check_mode:
     description: Can run in check_mode and return changed status prediction without modifying target.
