@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-# PEP 600's legacy aliases (packaging.tags._manylinux's map): glibc -> the old name.
-LEGACY = {(2, 17): "manylinux2014", (2, 12): "manylinux2010", (2, 5): "manylinux1"}
+from ansible_collections.multinode.training.plugins.module_utils._wheel.tags import LEGACY_MANYLINUX
+
+# PEP 600's legacy aliases, by the glibc each stands for (_wheel/tags.py's table): glibc -> the old name.
+LEGACY = {glibc: name for name, glibc in LEGACY_MANYLINUX.items()}
 # The oldest manylinux_2_X a platform has (packaging.tags: 2_5 on x86, 2_17 elsewhere, where
 # manylinux2014 was the first policy).
 OLDEST = {"x86_64": 5, "i686": 5}

@@ -25,6 +25,8 @@ except ImportError:  # pragma: no cover - packaging ships with ansible-core
         return re.sub(r"[-_.]+", "-", name).lower()
 
 LOCK_HEADER = "# multinode.training requirements lock"
+# pip's line for a requirement it found nothing to install for (a binary-only resolution: no wheel).
+NO_DISTRIBUTION_RE = re.compile(r"^ERROR: No matching distribution found for (\S+)")
 # pip's include of a requirements file, as an item of a requirements list: -r <path> (also -r<path>,
 # --requirement <path>, --requirement=<path>); every other item is one PEP 508 requirement.
 INCLUDE_RE = re.compile(r"^(?:-r\s*|--requirement(?:=|\s+))(?P<path>\S(?:.*\S)?)\s*$")
@@ -75,6 +77,12 @@ def parse_requirements(lines, source):
     if problems:
         raise RequirementsError("; ".join(problems))
     return parsed
+
+
+def spec_name(spec):
+    """A requirement as pip prints it -> its project name as written: 'flash-attn>=2.7 ; python_version>"3"' ->
+    'flash-attn' (canonicalize_name it to compare)."""
+    return re.split(r"[<>=!~ ;\[(]", str(spec).strip(), maxsplit=1)[0]
 
 
 def included_file(item):
@@ -164,10 +172,10 @@ def pip_failure(output, requirements, pinned):
         return ("%s line %d (%s)" % (req["source"], req["line"], req["text"])) if req else name
 
     for i, line in enumerate(lines):
-        match = re.match(r"^ERROR: No matching distribution found for (\S+)", line)
+        match = NO_DISTRIBUTION_RE.match(line)
         if match:
             spec = match.group(1)
-            name = re.split(r"[<>=!~ ;\[]", spec, maxsplit=1)[0]
+            name = spec_name(spec)
             versions = ""
             for prev in lines[max(0, i - 3):i]:
                 found = re.search(r"\(from versions: ([^)]*)\)", prev)

@@ -19,23 +19,20 @@ import re
 from urllib.parse import unquote
 
 from ansible_collections.multinode.training.plugins.module_utils._wheel import node_platform, tags
+from ansible_collections.multinode.training.plugins.module_utils._wheel import requirements as reqs
+from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import canonicalize_name
 
 try:
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
 except ImportError:  # pragma: no cover - packaging ships with ansible-core
     Requirement = None
-
-    def canonicalize_name(name):
-        return re.sub(r"[-_.]+", "-", name).lower()
 
 # How many sdists one lock may build (each round of pip's resolution names the next missing one).
 MAX_BUILDS = 8
 # What a build environment needs besides torch when the sdist imports torch without declaring it
 # (flash-attn, apex: "pip install --no-build-isolation"): those the wheelhouse pins.
 BUILD_ENV_PACKAGES = ("setuptools", "wheel", "packaging", "ninja", "numpy", "psutil")
-_MISSING = re.compile(r"^ERROR: No matching distribution found for (\S+)")
 _SKIPPED_SDIST = re.compile(r"Skipping link: No sources permitted for (\S+): (\S+)")
 _COMPILER = re.compile(r"^(?:[\w.-]+-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(?:-[\d.]+)?$")
 # pip's own lines around a failed build
@@ -50,14 +47,14 @@ _SDIST_EXT = (".tar.gz", ".zip", ".tar.bz2", ".tgz", ".tar")
 
 def spec_name(spec):
     """'flash-attn>=2.7 ; python_version>"3"' -> 'flash-attn' (canonical)."""
-    return canonicalize_name(re.split(r"[<>=!~ ;\[(]", spec.strip(), maxsplit=1)[0])
+    return canonicalize_name(reqs.spec_name(spec))
 
 
 def missing_specs(output):
     """pip's output of a failed binary-only resolution -> the requirement specs it found no wheel for."""
     found = []
     for line in output.splitlines():
-        match = _MISSING.match(line.strip())
+        match = reqs.NO_DISTRIBUTION_RE.match(line.strip())
         if match and match.group(1) not in found:
             found.append(match.group(1))
     return found

@@ -44,7 +44,8 @@ def parse_wheel_filename(filename):
 
 
 _MANYLINUX = re.compile(r"^manylinux_(\d+)_(\d+)_(.+)$")
-_LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
+# PEP 600's legacy aliases and the glibc each stands for (packaging.tags._manylinux's map).
+LEGACY_MANYLINUX = {"manylinux1": (2, 5), "manylinux2010": (2, 12), "manylinux2014": (2, 17)}
 
 
 def _platform_ok(tag, node):
@@ -60,9 +61,9 @@ def _platform_ok(tag, node):
         need, tag_arch = (int(match.group(1)), int(match.group(2))), match.group(3)
     else:
         legacy, _sep, tag_arch = tag.partition("_")
-        if legacy not in _LEGACY_MANYLINUX:
+        if legacy not in LEGACY_MANYLINUX:
             return False
-        need = _LEGACY_MANYLINUX[legacy]
+        need = LEGACY_MANYLINUX[legacy]
     return bool(glibc) and tag_arch == arch and glibc >= need
 
 
