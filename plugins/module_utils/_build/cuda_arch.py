@@ -143,6 +143,13 @@ def smi_error(cmd, rc, out, err):
     return "`%s` exited %s: %s" % (" ".join(cmd), rc, said[:400] or "no message")
 
 
+def smi_failures(nodes):
+    """Nodes as the gpus step answers ({name: {driver, gpus, error}}) -> 'name: error' for each node whose
+    nvidia-smi failed (smi_error), by name: what the callers that read their GPUs or driver refuse."""
+    return ["%s: %s" % (name, node["error"]) for name, node in sorted((nodes or {}).items())
+            if node and node.get("error")]
+
+
 def parse_nvcc_gpu_archs(output):
     """`nvcc --list-gpu-arch` (compute_75, compute_80, ..., compute_100, compute_121) ->
     ['7.5', '8.0', ..., '10.0', '12.1'], sorted; the last digit is the minor."""

@@ -36,8 +36,7 @@ def nodes_gpus(module, nodes, needed):
     """The GPUs of the nodes the wheel is for (``nodes``: step gpus' answers by node, build_deepspeed.yml's group
     train), for arch list auto with the build host's. A node whose nvidia-smi failed refuses it (``needed``):
     its GPUs would otherwise be left out of the wheel without a word."""
-    failed = ["%s: %s" % (name, node["error"]) for name, node in sorted((nodes or {}).items())
-              if node and node.get("error")]
+    failed = cuda_arch.smi_failures(nodes)
     if failed and needed:
         module.fail_json(msg="deepspeed_build_cuda_arch_list=auto: nvidia-smi cannot read the GPUs of %s; valid: fix "
                              "nvidia-smi there, or an explicit deepspeed_build_cuda_arch_list" % "; ".join(failed))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
 from ansible_collections.multinode.training.plugins.module_utils._build import torch_info
 from ansible_collections.multinode.training.plugins.module_utils._wheel import driver as _driver
 
@@ -132,7 +133,7 @@ def pick(nodes, nvcc=None, env=None, release=RELEASE):
     nodes: {name: {'driver': '550.127.05' or None, 'gpus': [{'name', 'compute_cap'}], 'error': nvidia-smi's
     failure or None}}, the build host and the GPU nodes; nvcc: the build host's nvcc release or None.
     """
-    failed = ["%s: %s" % (name, n["error"]) for name, n in sorted(nodes.items()) if n.get("error")]
+    failed = cuda_arch.smi_failures(nodes)
     if failed:
         raise torch_info.TorchError(
             "deepspeed_build_torch_requirement=auto: nvidia-smi fails, so the driver that decides the torch "
