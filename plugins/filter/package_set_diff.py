@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import differences
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import differences
 from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems, requirement_groups
 
 

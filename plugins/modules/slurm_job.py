@@ -43,8 +43,9 @@ options:
     required: true
   bin_dir:
     description:
-      - Shared directory holding C(slurm_node.py), C(env_probe.py) and C(_torchrun.py) (the train role copies
-        them); the module adds C(supervisor.py).
+      - Shared directory holding C(slurm_node.py) (the train role copies it); the module writes the helpers it
+        imports or runs beside it from its own module_utils (C(_preflight.py), C(env_probe.py), C(_torchrun.py),
+        C(supervisor.py), the fabric check's and the job report's).
     type: path
   partition:
     description: Partition (C(--partition)); empty for the cluster's default partition.
@@ -149,6 +150,48 @@ options:
   chdir:
     description: Working directory of the job on the nodes; empty for the node's job directory.
     type: path
+  preflight:
+    description:
+      - What the in-job preflight checks on every node besides O(python) and O(script), with the ssh launcher's
+        code and messages (C(_preflight.py) in O(bin_dir)); the batch script writes it, with those two, into
+        C(<job dir>/preflight_spec.json) before the preflight step.
+    type: dict
+    default: {}
+    suboptions:
+      venv:
+        description: train_venv, for messages.
+        type: str
+        default: ""
+      chdir:
+        description: The working directory every node must have (train_chdir); unset - O(chdir), empty - none.
+        type: str
+      require_deepspeed:
+        description: DeepSpeed must be installed in the job's python.
+        type: bool
+        default: true
+      deepspeed_config:
+        description:
+          - The job's DeepSpeed config as the controller read it (filter
+            P(multinode.training.train_deepspeed_config#filter)); the ops it makes DeepSpeed load must be
+            prebuilt in the first node's environment.
+        type: dict
+        default: {}
+      allow_jit:
+        description: Let DeepSpeed JIT-compile the ops the config needs and the environment lacks.
+        type: bool
+        default: false
+      env_files:
+        description:
+          - The env files every node must have, each C({var, path}) (C(var) names the variable in messages);
+            empty - O(env_files) named as train_env_files.
+        type: list
+        elements: dict
+        default: []
+      code:
+        description:
+          - C({dest, manifest}) - every node's view of the code directory C(dest) must be the controller's
+            train_code_src (C(manifest), filter P(multinode.training.code_manifest#filter)).
+        type: dict
   tee:
     description: Also copy every rank's output into C(torchrun.log).
     type: bool

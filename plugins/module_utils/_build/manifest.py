@@ -15,6 +15,9 @@ import os
 import re
 import tempfile
 
+# the one sha256 of a file, in the node-side preflight (shipped alone to the Slurm nodes)
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import sha256_file
+
 SCHEMA = 1
 SUFFIX = ".manifest.json"
 # The keys every consumer relies on; listed here only.
@@ -24,14 +27,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 class ManifestError(ValueError):
     """A manifest that cannot be used; str() is the reason, naming the file."""
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sha256_text(text):

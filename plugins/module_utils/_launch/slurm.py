@@ -20,6 +20,7 @@ and the endpoint (the first node's address, known once the allocation exists).
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -56,6 +57,9 @@ FABRIC_NODES_SENTINEL = "mt-slurm-fabric-nodes"
 FABRIC_SCHEDULE_SENTINEL = "mt-slurm-fabric-schedule"
 FABRIC_SHELL = {FABRIC_ID_SENTINEL: '"slurm-${SLURM_JOB_ID}-fabric"', FABRIC_NNODES_SENTINEL: '"${#nodes[@]}"',
                 FABRIC_NODES_SENTINEL: '"$fabric_nodes"', FABRIC_SCHEDULE_SENTINEL: '"$fabric_schedule"'}
+# The preflight's settings in the job directory, and the end of the here-document that writes them.
+PREFLIGHT_SPEC = "preflight_spec.json"
+SPEC_END = "MT_PREFLIGHT_SPEC"
 RDZV_ID_SENTINEL = "mt-slurm-job-id"
 RDZV_HOST_SENTINEL = "mt-slurm-first-node"
 RDZV_ID_SHELL = '"slurm-${SLURM_JOB_ID}"'
@@ -398,6 +402,22 @@ def _wrap(words, indent="  "):
     return "\n".join(lines)
 
 
+def preflight_spec(spec):
+    """What slurm_node.py's preflight and check read (JOB_DIR/preflight_spec.json, written by the batch script):
+    the probe's arguments and the comparison's settings, as the ssh launcher gives _node.preflight. One line
+    of JSON (no line of it can end the here-document)."""
+    checks = dict(spec.get("preflight") or {})
+    chdir = checks["chdir"] if checks.get("chdir") is not None else spec.get("chdir")
+    out = {"python": spec["python"], "script": spec.get("script") or None, "chdir": chdir or None,
+           "interface": spec.get("interface") or "", "ip_version": int(spec.get("ip_version") or 4),
+           "env_files": checks.get("env_files") or [
+               {"var": "train_env_files", "path": path} for path in spec.get("env_files") or []],
+           "code": checks.get("code") or None, "venv": checks.get("venv") or "",
+           "require_deepspeed": checks.get("require_deepspeed", True) is not False,
+           "deepspeed_config": checks.get("deepspeed_config") or {}, "allow_jit": bool(checks.get("allow_jit"))}
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
 def render_batch_script(spec):
     """The whole batch script (bash), from a spec the module assembles from the role's variables."""
     q = shlex.quote
@@ -405,10 +425,7 @@ def render_batch_script(spec):
     node_py = "%s/slurm_node.py" % spec["bin_dir"]
     srun = ["srun", "--nodes=${SLURM_JOB_NUM_NODES}", "--ntasks-per-node=1", "--kill-on-bad-exit=1"]
     preflight = srun + ["--job-name=preflight", q(spec.get("system_python") or "python3"), q(node_py), "preflight",
-                        '"$job_dir"', "--python", q(spec["python"]), "--interface", q(spec.get("interface") or ""),
-                        "--ip-version", str(int(spec.get("ip_version") or 4))]
-    if spec.get("script"):
-        preflight += ["--script", q(spec["script"])]
+                        '"$job_dir"']
     check = [q(spec.get("system_python") or "python3"), q(node_py), "check", '"$job_dir"', '"${nodes[@]}"']
     # slurm_node.py run's options, the same for the fabric probe and the job
     options = ["--first", '"${nodes[0]}"', "--interface", q(spec.get("interface") or ""),
@@ -441,7 +458,10 @@ def render_batch_script(spec):
         "mkdir -p \"$job_dir\"",
         "mapfile -t nodes < <(scontrol show hostnames \"$SLURM_JOB_NODELIST\")",
         "echo \"multinode.training: job ${SLURM_JOB_ID} on ${nodes[*]}\"",
-        "# 1. preflight on every node; the check fails naming the node that differs",
+        "# 1. preflight on every node, as the ssh launcher's; the check fails naming each node and problem",
+        "cat > \"$job_dir/%s\" <<'%s'" % (PREFLIGHT_SPEC, SPEC_END),
+        preflight_spec(spec),
+        SPEC_END,
         _wrap(preflight),
         "rdzv_addr=$(%s)" % " ".join(check),
         "echo \"multinode.training: rendezvous ${rdzv_addr}:%d (${nodes[0]})\"" % int(spec["rdzv_port"]),

@@ -37,6 +37,7 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
 )
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe, rankwrap, sampler
 from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _node_torchrun
+from ansible_collections.multinode.training.plugins.module_utils._node import preflight as _node_preflight
 from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples, stream_lines, stream_pending
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     STOP_GRACE,
@@ -98,6 +99,16 @@ ARGUMENT_SPEC = dict(
     env=dict(type="dict", default={}),
     env_files=dict(type="list", elements="path", default=[]),
     chdir=dict(type="path"),
+    # what the in-job preflight checks beyond the python and the script (_node/preflight.py, as the ssh launcher)
+    preflight=dict(type="dict", default={}, options=dict(
+        venv=dict(type="str", default=""),
+        chdir=dict(type="str"),
+        require_deepspeed=dict(type="bool", default=True),
+        deepspeed_config=dict(type="dict", default={}),
+        allow_jit=dict(type="bool", default=False),
+        env_files=dict(type="list", elements="dict", default=[]),
+        code=dict(type="dict"),
+    )),
     tee=dict(type="bool", default=False),
     timeout=dict(type="int", default=0),
     stop_grace=dict(type="int", default=STOP_GRACE),
@@ -198,6 +209,22 @@ def start_guard(p, job_id, job_dir, heartbeat):
     ])
 
 
+def write_helpers(bin_dir):
+    """What slurm_node.py imports or runs beside it in ``bin_dir``, written from this module's own
+    module_utils, as the torchrun module writes its helpers into a job directory (one copy of each in the
+    collection): the preflight (the ssh launcher's), the environment probe, torchrun's argv and environment,
+    the supervisor, the fabric verdict and schedule, the rank wrapper and the job report's sampler."""
+    helpers = {"_torchrun.py": inspect.getsource(_node_torchrun), "env_probe.py": inspect.getsource(env_probe),
+               "_preflight.py": inspect.getsource(_node_preflight),
+               "_fabric_verdict.py": inspect.getsource(_fabric_verdict),
+               "_fabric_schedule.py": inspect.getsource(_fabric_schedule),
+               "supervisor.py": supervisor_source(),
+               # every rank runs under the rank wrapper, which loads the sampler beside it (the job report)
+               RANK_WRAPPER: inspect.getsource(rankwrap), SAMPLER: inspect.getsource(sampler)}
+    for name, source in helpers.items():
+        write_file(os.path.join(bin_dir, name), source)
+
+
 def submit(module):
     p = module.params
     host = socket.gethostname()
@@ -211,17 +238,7 @@ def submit(module):
     for path in ("slurm_node.py",) + (("fabric_probe.py",) if p["fabric_check"] != "off" else ()):
         if not os.path.isfile(os.path.join(p["bin_dir"], path)):
             module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
-    # What slurm_node.py imports or runs beside it, written from this module's own module_utils, as
-    # the torchrun module writes its helpers into a job directory (one copy of each in the collection).
-    helpers = {"_torchrun.py": inspect.getsource(_node_torchrun), "env_probe.py": inspect.getsource(env_probe),
-               "_fabric_verdict.py": inspect.getsource(_fabric_verdict),
-               "_fabric_schedule.py": inspect.getsource(_fabric_schedule)}
-    for name, source in helpers.items():
-        write_file(os.path.join(p["bin_dir"], name), source)
-    write_file(os.path.join(p["bin_dir"], "supervisor.py"), supervisor_source())
-    # every rank runs under the rank wrapper, which loads the sampler beside it (the job report)
-    write_file(os.path.join(p["bin_dir"], RANK_WRAPPER), inspect.getsource(rankwrap))
-    write_file(os.path.join(p["bin_dir"], SAMPLER), inspect.getsource(sampler))
+    write_helpers(p["bin_dir"])
     pending = os.path.join(p["job_base"], ".submit")
     if not os.path.isdir(pending):
         os.makedirs(pending)

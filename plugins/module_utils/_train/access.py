@@ -14,7 +14,7 @@ code copy provides), a missing one refused before the account is created where p
 listener of preflight's reachability check (first node; ``_train_listener``), the account's
 directories (``ensure_directory``: changed only when created or when owner or mode differ), the proof
 that train_checkpoint_dir is shared by every node (``shared``: _train.shared, as the account) and,
-when preflight follows, its probe (``_train.preflight.probe_node``: the job's python, script, code,
+when preflight follows, its probe (``_node.preflight.probe_node``: the job's python, script, code,
 env files and the TCP connect to the listener) - a launch's whole security step and preflight
 probe in one round trip per node.
 Problems are lines naming the variable (``<variable>=<value>: what is wrong; valid: ...``); the
@@ -38,7 +38,8 @@ import tempfile
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import job_memlock, memlock_warning
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as _train_listener
 from ansible_collections.multinode.training.plugins.module_utils._train import shared as _train_shared
-from ansible_collections.multinode.training.plugins.module_utils._train.preflight import CONNECT_TIMEOUT, probe_node
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import CONNECT_TIMEOUT
+from ansible_collections.multinode.training.plugins.module_utils._train.preflight import probe_node
 from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     SecurityError,
     account_problems,

@@ -21,6 +21,8 @@ import json
 import posixpath
 import re
 
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import MISSING_HINTS
+
 DEFAULT_ACCOUNT = "mtrain"
 USERNAME_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,30}\$?$")
 TABLE_PREFIX = "mt_"
@@ -79,16 +81,6 @@ REACH_HINTS = {
                             "or a path that does not exist yet (made on every node, owned by the account)",
 }
 REACH_HINTS["train_venv"] = REACH_HINTS["train_python"]
-MISSING_HINTS = {
-    "train_python": "the venv that multinode.training.wheel_distribute installs (tag prepare)",
-    "train_script": "a file of train_code_src (copied into train_code_dir), or a file that exists on every node",
-    "train_chdir": "an existing directory on every node, or one that train_code_src brings into train_code_dir, "
-                   "or empty (the directory of train_script)",
-    "train_data_paths": "paths that exist on every node (shared storage, or copied there before the job)",
-    "train_env_files": "existing KEY=VALUE files",
-    "train_nccl": ("the NCCL env file multinode.training.nccl_tuning writes (tag nccl), or train_nccl=false "
-                   "to leave it out"),
-}
 
 
 def inside(path, directory):

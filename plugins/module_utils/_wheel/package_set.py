@@ -1,45 +1,11 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Compare the complete installed package sets (name==version) of the nodes' venvs."""
+"""Compare the complete installed package sets (name==version) of the nodes' venvs: with each other
+(``differences``, in _node/preflight.py: preflight compares the nodes with it on every launcher) and with
+a lock (``lock_differences``)."""
 from __future__ import annotations
 
-import re
-
-
-def _canonical(name):
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def parse_set(specs):
-    """['Foo_Bar==1.0', ...] -> {'foo-bar': '1.0'}; a line without '==' keeps an empty version."""
-    out = {}
-    for spec in specs:
-        name, _sep, version = str(spec).partition("==")
-        out[_canonical(name.strip())] = version.strip()
-    return out
-
-
-def differences(sets):
-    """{node: [name==version]} -> one line per package that is not the same on every node.
-
-    Each line names the package and, grouped by version, the nodes (a missing package is
-    "not installed"); the most common state comes last, so the odd node comes first.
-    """
-    parsed = {node: parse_set(specs) for node, specs in sets.items()}
-    names = sorted(set().union(*[set(p) for p in parsed.values()])) if parsed else []
-    lines = []
-    for name in names:
-        groups = {}
-        for node in sets:
-            groups.setdefault(parsed[node].get(name), []).append(node)
-        if len(groups) < 2:
-            continue
-        ordered = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0] is None, kv[0] or ""))
-        parts = ["%s on %s" % (("%s==%s" % (name, version)) if version is not None else "not installed",
-                               ", ".join(sorted(nodes)))
-                 for version, nodes in ordered]
-        lines.append("%s: %s" % (name, "; ".join(parts)))
-    return lines
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import parse_set
 
 
 # What a fresh venv holds before anything is installed into it (python -m venv seeds pip, and

@@ -11,7 +11,8 @@ import hashlib
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences, parse_set
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import parse_set
+from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
 
 try:
     from packaging.requirements import InvalidRequirement, Requirement

@@ -5,14 +5,17 @@
 The batch script that module slurm_job renders calls it (see
 plugins/module_utils/_launch/slurm.py):
 
-  srun ... python3 slurm_node.py preflight JOB_DIR --python P --interface I [--script S]
-      on every node: record python/torch/DeepSpeed/ops (env_probe.py run by P), the
-      script's sha256, this node's address on I and the locked memory its job gets (with its
-      RDMA devices) in JOB_DIR/preflight/<node>.json
+  srun ... python3 slurm_node.py preflight JOB_DIR
+      on every node: the ssh launcher's probe (_preflight.py, with the job's settings from
+      JOB_DIR/preflight_spec.json, which the batch script writes: the job's python and what it
+      holds - env_probe.py run by it -, the script's sha256, train_chdir, the env files, the
+      code against the controller's manifest), this node's address on the interface and the
+      locked memory its job gets (with its RDMA devices) in JOB_DIR/preflight/<node>.json
   python3 slurm_node.py check JOB_DIR NODE...
-      on the batch host: every node recorded the same environment as the first one, the
-      first one has an address; prints that address, or fails naming the node; warns
-      naming a node with RDMA devices where the job's locked memory is limited
+      on the batch host: the probes compared as the ssh launcher compares them (the same
+      problems, the same words), every node has an address; prints the first node's, or
+      fails naming each node and problem; warns naming a node with RDMA devices where the
+      job's locked memory is limited
   python3 slurm_node.py fabric-nodes NODE... / fabric-schedule N / fabric-verdict JOB_DIR ... NODE...
       on the batch host, with train_fabric_check warn or gate: the probe's arguments, then the
       verdict on its figures (the ssh launcher's code, _fabric_verdict.py and _fabric_schedule.py
@@ -28,13 +31,13 @@ plugins/module_utils/_launch/slurm.py):
       torchrun's status, so that srun --kill-on-bad-exit ends the step on every node.
 
 It runs on the nodes with their python (3.9+), standard library only, next to env_probe.py,
-supervisor.py and _torchrun.py in the same directory (the train role puts them there).
+_preflight.py, supervisor.py and _torchrun.py in the same directory (module slurm_job writes them
+there from its own module_utils/_node).
 """
 from __future__ import annotations
 
 import argparse
 import fcntl
-import hashlib
 import json
 import os
 import signal
@@ -101,14 +104,6 @@ def address(interface, ip_version):
         sock.close()
 
 
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def write_json(path, data):
     tmp = "%s.%d.tmp" % (path, os.getpid())
     with open(tmp, "w") as handle:
@@ -118,76 +113,71 @@ def write_json(path, data):
 
 # ------------------------------------------------------------------ preflight
 
+SPEC = "preflight_spec.json"
+
+
+def _run(argv):
+    done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, check=False)
+    return done.returncode, done.stdout, done.stderr
+
+
+def read_json(path):
+    with open(path) as handle:
+        return json.load(handle)
+
+
 def preflight(opts):
+    """This node's probe - the ssh launcher's (_preflight.py: the job's python and what it holds, the
+    script, train_chdir, the env files, the code against the controller's manifest) - with its address on
+    the interface and the locked memory its job gets, in JOB_DIR/preflight/<node>.json."""
     sys.path.insert(0, HERE)
+    from _preflight import probe_node  # pylint: disable=import-error
     from _torchrun import job_memlock  # pylint: disable=import-error
 
+    spec = read_json(os.path.join(opts.job_dir, SPEC))
     node = node_name()
-    record = {"node": node, "python": opts.python, "interface": opts.interface, "ip_version": opts.ip_version}
+    record = {"node": node, "interface": spec.get("interface") or "", "ip_version": spec.get("ip_version") or 4}
     # the locked memory the job's step gets here (run lifts the soft limit to this hard one)
     record["memlock"] = job_memlock()
-    record["used_interface"], record["address"] = address(opts.interface, opts.ip_version)
+    record["used_interface"], record["address"] = address(record["interface"], record["ip_version"])
     record["interfaces"] = interfaces()
-    if not os.access(opts.python, os.X_OK):
-        record["error"] = "train_python=%s is missing (train_venv: prepare the nodes, or a venv on " \
-                          "storage every node mounts)" % opts.python
-    else:
-        probe = subprocess.run([opts.python, os.path.join(HERE, "env_probe.py")], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, universal_newlines=True, check=False)
-        try:
-            record["environment"] = json.loads(probe.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            record["error"] = "train_python=%s cannot run the environment probe: %s" % (
-                opts.python, probe.stdout.strip()[-300:])
-    if opts.script:
-        record["script_sha256"] = sha256(opts.script) if os.path.isfile(opts.script) else None
+    record["probe"] = probe_node(spec["python"], _run, spec.get("script"), spec.get("chdir"),
+                                 spec.get("env_files") or [], None, spec.get("code"))
     directory = os.path.join(opts.job_dir, "preflight")
     os.makedirs(directory, exist_ok=True)
     write_json(os.path.join(directory, node + ".json"), record)
     return 0
 
 
-def compare(records, nodes):
-    """Preflight records of every node -> list of errors naming the node (empty: all the same)."""
+def address_problems(records, nodes):
+    """The nodes without an address on the interface (the ssh launcher's address step, here) -> lines."""
     errors = []
-    first = nodes[0]
-    base = records.get(first) or {}
     for node in nodes:
         rec = records.get(node)
-        if rec is None:
-            errors.append("%s: no preflight record (the preflight step did not run there)" % node)
-            continue
-        if rec.get("error"):
-            errors.append("%s: %s" % (node, rec["error"]))
-            continue
-        if not rec.get("address"):
+        if rec and not rec.get("address"):
             errors.append("%s: no IPv%s address on train_interface=%s (used: %s); valid: one of %s"
                           % (node, rec.get("ip_version", 4), json.dumps(rec.get("interface")),
                              rec.get("used_interface") or "none", ", ".join(rec.get("interfaces") or [])))
-        if node != first and base.get("environment") and rec.get("environment") != base.get("environment"):
-            errors.append("%s: environment %s differs from %s's %s; valid: the same python, torch, DeepSpeed "
-                          "and ops on all nodes" % (node, json.dumps(rec.get("environment"), sort_keys=True),
-                                                    first, json.dumps(base["environment"], sort_keys=True)))
-        if "script_sha256" in rec:
-            if rec["script_sha256"] is None:
-                errors.append("%s: train_script does not exist there" % node)
-            elif node != first and rec["script_sha256"] != base.get("script_sha256"):
-                errors.append("%s: train_script has sha256 %s, %s has %s; valid: the same file on all nodes"
-                              % (node, rec["script_sha256"], first, base.get("script_sha256")))
     return errors
 
 
 def check(opts):
+    """Every node's probe compared as the ssh launcher compares them (_preflight.compare), the addresses
+    and the locked memory: prints the first node's address, or fails naming each node and problem."""
+    sys.path.insert(0, HERE)
+    from _preflight import compare  # pylint: disable=import-error
+    from _torchrun import memlock_warning  # pylint: disable=import-error
+
+    spec = read_json(os.path.join(opts.job_dir, SPEC))
     records = {}
     for node in opts.nodes:
         path = os.path.join(opts.job_dir, "preflight", node + ".json")
         if os.path.exists(path):
-            with open(path) as handle:
-                records[node] = json.load(handle)
-    errors = compare(records, opts.nodes)
-    sys.path.insert(0, HERE)
-    from _torchrun import memlock_warning  # pylint: disable=import-error
-
+            records[node] = read_json(path)
+    probes = {node: rec.get("probe") for node, rec in records.items()}
+    errors = address_problems(records, opts.nodes) + compare(
+        probes, opts.nodes, opts.nodes[0], spec.get("venv") or "", spec.get("require_deepspeed", True),
+        spec.get("interface") or "", spec.get("deepspeed_config") or {}, spec.get("allow_jit", False))
     warnings = [line for line in (memlock_warning(node, (records.get(node) or {}).get("memlock"), "slurm")
                                   for node in opts.nodes) if line]
     for line in warnings:
@@ -356,10 +346,6 @@ def parse_args(argv=None):
     sub.required = True
     pre = sub.add_parser("preflight")
     pre.add_argument("job_dir")
-    pre.add_argument("--python", required=True)
-    pre.add_argument("--interface", default="")
-    pre.add_argument("--ip-version", type=int, default=4, choices=(4, 6))
-    pre.add_argument("--script")
     chk = sub.add_parser("check")
     chk.add_argument("job_dir")
     chk.add_argument("nodes", nargs="+")

@@ -276,15 +276,13 @@ def test_no_fabric_step_when_off(tmp_path):
 
 
 def _helper_dir(tmp_path):
-    """slurm_node.py with the verdict and the schedule beside it, as the train role copies them."""
+    """slurm_node.py (the train role copies it) and the helpers module slurm_job writes beside it."""
     import shutil
+    from ansible_collections.multinode.training.plugins.module_utils._launch.slurm_job import write_helpers
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shutil.copy(str(ROOT / "roles" / "train" / "files" / "slurm_node.py"), str(bin_dir))
-    shutil.copy(str(ROOT / "plugins" / "module_utils" / "_fabric" / "verdict.py"), str(bin_dir / "_fabric_verdict.py"))
-    shutil.copy(str(ROOT / "plugins" / "module_utils" / "_fabric" / "schedule.py"),
-                str(bin_dir / "_fabric_schedule.py"))
-    shutil.copy(str(ROOT / "plugins" / "module_utils" / "_node" / "torchrun.py"), str(bin_dir / "_torchrun.py"))
+    write_helpers(str(bin_dir))
     return bin_dir
 
 
@@ -429,23 +427,96 @@ def test_node_helper_default_interface_and_ipv6():
     assert node.ipv6_global(inet6, "ib0") == ""
 
 
-def test_node_helper_compare_names_the_node():
+def test_node_helper_names_a_node_without_an_address():
     node = load_node_helper()
-    env = {"python": "3.11.2", "torch": "2.13.0+cpu", "deepspeed": "0.19.8", "ops": ["cpu_adam"]}
-    good = {"address": "10.0.0.11", "environment": env, "script_sha256": "aa"}
-    records = {"n1": good, "n2": dict(good, address="10.0.0.12")}
-    assert node.compare(records, ["n1", "n2"]) == []
-    records["n2"] = dict(good, environment=dict(env, torch="2.12.0"))
-    errors = node.compare(records, ["n1", "n2"])
-    assert len(errors) == 1 and errors[0].startswith("n2: environment") and "2.12.0" in errors[0]
-    records["n2"] = dict(good, script_sha256="bb")
-    assert node.compare(records, ["n1", "n2"])[0].startswith("n2: train_script has sha256 bb, n1 has aa")
-    records["n2"] = {"error": "train_python=/x/bin/python is missing"}
-    assert node.compare(records, ["n1", "n2"]) == ["n2: train_python=/x/bin/python is missing"]
-    assert node.compare({"n1": good}, ["n1", "n3"]) == ["n3: no preflight record (the preflight step did not run there)"]
+    good = {"address": "10.0.0.11", "interface": "", "ip_version": 4}
     records = {"n1": dict(good, address="", interface="ib0", used_interface="ib0", interfaces=["eth0", "lo"]),
                "n2": good}
-    assert "n1: no IPv4 address on train_interface=\"ib0\"" in node.compare(records, ["n1", "n2"])[0]
+    assert node.address_problems(records, ["n1", "n2", "n3"]) == [
+        'n1: no IPv4 address on train_interface="ib0" (used: ib0); valid: one of eth0, lo']
+
+
+def _node_preflight(bin_dir, job, node, extra_env=None):
+    """slurm_node.py preflight as srun runs it on ``node`` (SLURMD_NODENAME), with the system's python."""
+    env = dict(os.environ, SLURMD_NODENAME=node, **(extra_env or {}))
+    subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "preflight", str(job)], env=env, check=True)
+
+
+def test_slurm_preflight_refuses_what_the_ssh_launcher_refuses_in_its_words(tmp_path):
+    """The five checks the ssh launcher makes and the Slurm preflight once lacked - env files, train_chdir,
+    the code against the controller's manifest, the package sets, the DeepSpeed config's ops - each
+    refused by slurm_node.py's preflight and check, with the very lines filter train_preflight_problems
+    gives for the same nodes. Each node's probe runs for real (this interpreter is the job's python)."""
+    import json
+    import shutil
+    import sys
+    from ansible_collections.multinode.training.plugins.filter.train_preflight_problems import (
+        train_deepspeed_config, train_preflight_problems)
+    from ansible_collections.multinode.training.plugins.module_utils._train.preflight import code_manifest
+    bin_dir = _helper_dir(tmp_path)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "train.py").write_text("print('train')\n")
+    (src / "ds.json").write_text(json.dumps({"optimizer": {"type": "Adam"}}))
+    code = {n: tmp_path / n / "code" for n in ("n1", "n2")}
+    for n, dest in code.items():
+        shutil.copytree(str(src), str(dest))
+    (code["n2"] / "train.py").write_text("print('stale')\n")                 # the copy differs on n2
+    (tmp_path / "job.env").write_text("A=1\n")
+    for n in ("n1", "n2"):      # torch and a DeepSpeed with cpu_adam prebuilt only, as its RECORD lists them
+        for name, version, record in (("torch", "2.13.0+cpu", ""),
+                                      ("deepspeed", "0.19.8", "deepspeed/ops/adam/cpu_adam_op.cpython-311.so,,\n")):
+            info = tmp_path / n / ("%s-%s.dist-info" % (name, version))
+            info.mkdir(parents=True)
+            (info / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version))
+            (info / "RECORD").write_text(record)
+    job = tmp_path / "job"
+    job.mkdir()
+    config = train_deepspeed_config({"text": (src / "ds.json").read_text(), "path": "/c/ds.json"})
+    checks = {"venv": "/venv", "require_deepspeed": True, "deepspeed_config": config, "allow_jit": False,
+              "chdir": str(tmp_path / "nowhere"),
+              "env_files": [{"var": "train_env_files", "path": str(tmp_path / "job.env")},
+                            {"var": "train_nccl", "path": str(tmp_path / "nccl.env")}],
+              "code": {"dest": str(tmp_path / "code"), "manifest": code_manifest(str(src) + "/")}}
+    probes = {}
+    for n in ("n1", "n2"):
+        # each node sees its own copy of the code and script at the same path, as nodes do
+        dest = tmp_path / "code"
+        if dest.exists():
+            dest.unlink()
+        dest.symlink_to(code[n])
+        if n == "n2":
+            (tmp_path / "job.env").rename(tmp_path / "job.env.away")                   # an env file missing on n2
+        spec = sl.preflight_spec({"python": sys.executable, "script": str(dest / "train.py"), "preflight": checks})
+        (job / sl.PREFLIGHT_SPEC).write_text(spec)
+        _node_preflight(bin_dir, job, n, {"PYTHONPATH": str(tmp_path / n)})
+        probes[n] = json.loads((job / "preflight" / (n + ".json")).read_text())["probe"]
+    # a package on one node only: as n2's env probe would list it (one interpreter here)
+    probes["n2"]["environment"]["packages"].append("extra-pkg==1.0")
+    (job / "preflight" / "n2.json").write_text(json.dumps(dict(
+        json.loads((job / "preflight" / "n2.json").read_text()), probe=probes["n2"])))
+    run = subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "check", str(job), "n1", "n2"],
+                         capture_output=True, text=True, check=False)
+    ssh = train_preflight_problems(probes, ["n1", "n2"], "n1", "/venv", True, "", config, False)
+    assert run.returncode == 3, run.stderr
+    assert json.loads((job / "preflight.json").read_text())["errors"] == ssh
+    assert run.stderr.splitlines() == ["multinode.training preflight: " + line for line in ssh]
+    joined = "\n".join(ssh)
+    for says in ('n2: train_env_files="%s": missing on this node' % (tmp_path / "job.env"),
+                 'n1: train_nccl="%s": missing on this node' % (tmp_path / "nccl.env"),
+                 'n1: train_chdir="%s": not a directory on this node' % (tmp_path / "nowhere"),
+                 'n2: train_code_dir="%s": 1 file(s) differ from the controller\'s train_code_src (train.py)'
+                 % (tmp_path / "code"),
+                 "n2: train_script=", "the venvs (/venv) differ between the nodes: extra-pkg: extra-pkg==1.0 on n2; "
+                 "not installed on n1",
+                 "train_deepspeed_config=/c/ds.json: optimizer \"Adam\" without offload_optimizer makes DeepSpeed "
+                 "load op fused_adam"):
+        assert says in joined, says
+
+
+def _probe(env):
+    return {"python": {"path": "/v/bin/python", "executable": True}, "environment": env, "probe_error": None,
+            "script": None, "chdir": None, "env_files": [], "code": None, "connect": None}
 
 
 def test_node_helper_check_prints_first_address(tmp_path):
@@ -454,7 +525,9 @@ def test_node_helper_check_prints_first_address(tmp_path):
     (tmp_path / "preflight").mkdir()
     for name, addr in (("n1", "fd00::11"), ("n2", "fd00::12")):
         (tmp_path / "preflight" / (name + ".json")).write_text(
-            '{"address": "%s", "environment": %s}' % (addr, __import__("json").dumps(env)))
+            '{"address": "%s", "probe": %s}' % (addr, __import__("json").dumps(_probe(env))))
+    (tmp_path / sl.PREFLIGHT_SPEC).write_text(sl.preflight_spec({"python": "/v/bin/python",
+                                                                 "preflight": {"require_deepspeed": False}}))
     bin_dir = _helper_dir(tmp_path)
     out = subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "check", str(tmp_path),
                           "n1", "n2"], stdout=subprocess.PIPE, universal_newlines=True, check=True).stdout
@@ -471,7 +544,9 @@ def test_node_helper_check_warns_of_limited_locked_memory_on_an_rdma_node(tmp_pa
                "n3": {"rdma": [], "limit": 64 << 10}}
     for name, addr in (("n1", "10.0.0.11"), ("n2", "10.0.0.12"), ("n3", "10.0.0.13")):
         (tmp_path / "preflight" / (name + ".json")).write_text(json.dumps(
-            {"address": addr, "environment": env, "memlock": memlock[name]}))
+            {"address": addr, "probe": _probe(env), "memlock": memlock[name]}))
+    (tmp_path / sl.PREFLIGHT_SPEC).write_text(sl.preflight_spec({"python": "/v/bin/python",
+                                                                 "preflight": {"require_deepspeed": False}}))
     bin_dir = _helper_dir(tmp_path)
     run = subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "check", str(tmp_path), "n1", "n2", "n3"],
                          capture_output=True, text=True, check=True)

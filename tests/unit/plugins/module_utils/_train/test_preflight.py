@@ -1,5 +1,6 @@
-"""Unit tests for plugins/module_utils/_train/preflight.py (module train_node (probe)'s probe and the
-cross-node comparison behind filter train_preflight_problems) and env_probe.py.
+"""Unit tests for plugins/module_utils/_node/preflight.py (the probe and the cross-node comparison every launcher
+uses: module train_node (probe) and filter train_preflight_problems, Slurm's slurm_node.py), _train/preflight.py
+(the controller's code manifest, the module's probe) and env_probe.py.
 
 The probe runs for real: this test interpreter stands in for the job's python.
 """
@@ -17,6 +18,7 @@ import pytest
 
 from ansible_collections.multinode.training.plugins.filter.train_preflight_problems import train_preflight_problems
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
+from ansible_collections.multinode.training.plugins.module_utils._node import preflight as node_pre
 from ansible_collections.multinode.training.plugins.module_utils._train import preflight as pre
 
 
@@ -123,14 +125,14 @@ HOSTS = ["n1", "n2", "n3"]
 
 
 def test_compare_the_same_everywhere_is_no_problem():
-    assert pre.compare({h: node() for h in HOSTS}, HOSTS, "n1", "/v") == []
+    assert node_pre.compare({h: node() for h in HOSTS}, HOSTS, "n1", "/v") == []
 
 
 def test_compare_names_each_problem_with_node_and_variable():
     probes = {"n1": node(), "n2": node(ops=(), sha="b" * 64, packages=("torch==2.13.0+cpu", "wheel==0.45.1")),
               "n3": node(executable=False, script_exists=False, chdir={"path": "/w", "isdir": False},
                          env_files=[{"var": "train_nccl", "path": "/etc/n.env", "exists": False}])}
-    problems = pre.compare(probes, HOSTS, "n1", "/v")
+    problems = node_pre.compare(probes, HOSTS, "n1", "/v")
     assert problems[0].startswith('n2: train_python="/v/bin/python": its environment {"deepspeed": "0.19.8", '
                                   '"ops": [], ')
     assert "differs from n1's" in problems[0]
@@ -154,56 +156,60 @@ def test_compare_refuses_an_op_the_deepspeed_config_needs_and_the_nodes_lack():
     adam = {"optimizer": {"type": "Adam", "params": {"lr": 0.001}}, "zero_optimization": {"stage": 2}}
     config = {"text": json.dumps(adam), "path": "/c/ds.json"}
     probes = {h: node(ops=("cpu_adam_op", "deepspeed_shm_comm_op")) for h in HOSTS}
-    problems = pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config)
+    problems = node_pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config)
     assert len(problems) == 1 and problems[0].startswith(
         'train_deepspeed_config=/c/ds.json: optimizer "Adam" without offload_optimizer makes DeepSpeed load op '
         "fused_adam, which the DeepSpeed on n1 does not have prebuilt (it has: cpu_adam, deepspeed_shm_comm)")
-    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config, allow_jit=True) == []
+    assert node_pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config, allow_jit=True) == []
     adam["zero_optimization"]["offload_optimizer"] = {"device": "cpu"}
-    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, text=json.dumps(adam))) == []
+    assert node_pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, text=json.dumps(adam))) == []
 
 
 def test_compare_reads_the_deepspeed_file_an_accelerate_config_names(tmp_path):
     """Without train_deepspeed_config, the accelerate config's deepspeed_config_file (found in train_code_src,
     as the nodes find it in train_code_dir) is checked the same way; a file the controller cannot read is
-    named."""
+    named. The controller reads it (filter train_deepspeed_config, which the Slurm launcher passes on; filter
+    train_preflight_problems resolves it itself)."""
     (tmp_path / "ds.json").write_text(json.dumps({"optimizer": {"type": "Adam"}}))
     config = {"accelerate": {"distributed_type": "DEEPSPEED", "deepspeed_config": {"deepspeed_config_file": "ds.json"}},
               "accelerate_path": "/c/acc.yaml", "code_src": str(tmp_path)}
     probes = {h: node(ops=("cpu_adam_op",)) for h in HOSTS}
-    problems = pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=config)
+    problems = train_preflight_problems(probes, HOSTS, "n1", "/v", deepspeed_config=config)
     assert len(problems) == 1 and problems[0].startswith(
         'train_accelerate_config=/c/acc.yaml (its deepspeed_config_file ds.json): optimizer "Adam" without '
         "offload_optimizer makes DeepSpeed load op fused_adam, which the DeepSpeed on n1 does not have prebuilt")
-    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, code_src="")) == [
+    assert train_preflight_problems(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, code_src="")) == [
         "train_accelerate_config=/c/acc.yaml (its deepspeed_config_file ds.json): cannot be read on the controller "
         "(train_code_src is not a directory); valid: a file of the directory train_code_src (copied to "
         "train_code_dir, where a relative name is found), an absolute path that is the same file on the controller "
         "and the nodes, or train_deepspeed_config"]
-    assert pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, accelerate={"use_cpu": True})) == []
+    assert train_preflight_problems(probes, HOSTS, "n1", "/v", deepspeed_config=dict(config, accelerate={"use_cpu": True})) == []
+    # what the Slurm launcher hands the batch host: already read, compared the same way
+    from ansible_collections.multinode.training.plugins.filter.train_preflight_problems import train_deepspeed_config
+    assert node_pre.compare(probes, HOSTS, "n1", "/v", deepspeed_config=train_deepspeed_config(config)) == problems
 
 
 def test_compare_lacking_torch_or_deepspeed():
-    problems = pre.compare({"n1": node(torch=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v")
+    problems = node_pre.compare({"n1": node(torch=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v")
     assert problems == ['n1: train_python="/v/bin/python": lacks torch; valid: the venv that '
                         'multinode.training.wheel_distribute installs (tag prepare)',
                         'n2: train_python="/v/bin/python": lacks deepspeed; valid: the venv that '
                         'multinode.training.wheel_distribute installs (tag prepare), or train_require_deepspeed=false']
-    assert pre.compare({"n1": node(deepspeed=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v",
-                       require_deepspeed=False) == []
+    assert node_pre.compare({"n1": node(deepspeed=None), "n2": node(deepspeed=None)}, ["n1", "n2"], "n1", "/v",
+                            require_deepspeed=False) == []
 
 
 def test_compare_a_node_without_result_and_a_failed_probe():
     failed = copy.deepcopy(node())
     failed.update(environment=None, probe_error="rc 1: ['SyntaxError']")
-    problems = pre.compare({"n1": node(), "n2": failed}, ["n1", "n2", "n3"], "n1")
+    problems = node_pre.compare({"n1": node(), "n2": failed}, ["n1", "n2", "n3"], "n1")
     assert problems[0].startswith('n2: train_python="/v/bin/python": the environment probe failed (rc 1:')
     assert problems[1] == "n3: no preflight probe result (the node did not answer)"
 
 
 def test_compare_a_module_job_has_no_script():
     probes = {h: dict(node(), script=None) for h in HOSTS}
-    assert pre.compare(probes, HOSTS, "n1") == []
+    assert node_pre.compare(probes, HOSTS, "n1") == []
 
 
 def test_filter():
@@ -218,10 +224,10 @@ def test_try_connect_reaches_a_listener_and_names_a_refusal():
     server.listen(1)
     port = server.getsockname()[1]
     try:
-        assert pre.try_connect("127.0.0.1", port, 5)["ok"] is True
+        assert node_pre.try_connect("127.0.0.1", port, 5)["ok"] is True
     finally:
         server.close()
-    refused = pre.try_connect("127.0.0.1", port, 1, interval=0.2)
+    refused = node_pre.try_connect("127.0.0.1", port, 1, interval=0.2)
     assert refused["ok"] is False and "refused" in refused["error"].lower() and refused["seconds"] < 3
 
 
@@ -230,11 +236,11 @@ def test_probe_node_connects_and_compare_names_the_unreachable_node():
     assert refused["connect"]["ok"] is False and refused["connect"]["port"] == 9
     ok = dict(node(), connect={"ok": True, "error": None, "seconds": 0.01, "host": "10.0.0.1", "port": 29400})
     bad = dict(node(), connect={"ok": False, "error": "timed out", "seconds": 15.2, "host": "10.0.0.1", "port": 29400})
-    problems = pre.compare({"n1": ok, "n2": bad}, ["n1", "n2"], "n1", "/v", interface="eth0.100")
+    problems = node_pre.compare({"n1": ok, "n2": bad}, ["n1", "n2"], "n1", "/v", interface="eth0.100")
     assert problems == ['n2: train_rdzv_port=29400: this node cannot connect to the rendezvous address 10.0.0.1:29400 '
                         '(n1, train_interface="eth0.100") within 15s (timed out); valid: an interface all nodes reach, '
                         'a port the firewall lets through']
-    assert pre.endpoint("fd00::1", 29400) == "[fd00::1]:29400"
+    assert node_pre.endpoint("fd00::1", 29400) == "[fd00::1]:29400"
 
 
 # ------------------------------------------------------------------ code: compared, copied only where it differs
@@ -261,17 +267,17 @@ def test_code_differences(tmp_path):
     src.mkdir()
     (src / "train.py").write_text("print(1)\n")
     manifest = pre.code_manifest(str(src) + "/")
-    assert pre.code_differences(str(dest), manifest) == ["train.py"]          # missing
+    assert node_pre.code_differences(str(dest), manifest) == ["train.py"]          # missing
     dest.mkdir()
     (dest / "train.py").write_text("print(2)\n")
-    assert pre.code_differences(str(dest), manifest) == ["train.py"]          # content
+    assert node_pre.code_differences(str(dest), manifest) == ["train.py"]          # content
     (dest / "train.py").write_text("print(1)\n")
     os.chmod(str(dest / "train.py"), int(manifest["train.py"]["mode"], 8))
     me = pwd.getpwuid(os.geteuid()).pw_name
-    assert pre.code_differences(str(dest), manifest, me) == []
-    assert pre.code_differences(str(dest), manifest, "no-such-owner") == ["train.py"]
+    assert node_pre.code_differences(str(dest), manifest, me) == []
+    assert node_pre.code_differences(str(dest), manifest, "no-such-owner") == ["train.py"]
     os.chmod(str(dest / "train.py"), 0o600)
-    assert pre.code_differences(str(dest), manifest) == ["train.py"]          # mode (copy's preserve)
+    assert node_pre.code_differences(str(dest), manifest) == ["train.py"]          # mode (copy's preserve)
 
 
 def test_probe_reports_whether_the_code_is_the_same(tmp_path, probe):
@@ -279,7 +285,13 @@ def test_probe_reports_whether_the_code_is_the_same(tmp_path, probe):
     src.write_text("a = 1\n")
     manifest = pre.code_manifest(str(src))
     out = pre.probe_node(sys.executable, run, code={"dest": str(tmp_path / "node"), "manifest": manifest})
-    assert out["code"] == {"dest": str(tmp_path / "node"), "same": False, "differ": ["code.py"]}
+    assert out["code"] == {"dest": str(tmp_path / "node"), "same": False, "differ": ["code.py"], "count": 1}
+    # a copy that still differs (a stale mount of shared storage) is refused naming the node and the file
+    probes = {h: dict(node(), code=out["code"] if h == "n2" else None) for h in HOSTS}
+    assert node_pre.compare(probes, HOSTS, "n1", "/v") == [
+        'n2: train_code_dir="%s": 1 file(s) differ from the controller\'s train_code_src (code.py); valid: the same '
+        "code on every node (train_code_src is copied there; on storage the nodes share, a node that mounts it)"
+        % (tmp_path / "node")]
     assert pre.probe_node(sys.executable, run)["code"] is None
 
 
