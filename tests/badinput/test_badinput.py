@@ -81,12 +81,13 @@ def tree(path):
     return sorted(found)
 
 
-def run_playbook(playbook, extra, tmp, args=()):
+def run_playbook(playbook, extra, tmp, args=(), environ=None):
+    """ansible-playbook with ``extra`` as a vars file, its JSON report; ``environ`` added to its environment."""
     with open(os.path.join(tmp, "..", os.path.basename(tmp) + ".vars.json"), "w") as handle:
         json.dump(extra, handle)
         vars_file = handle.name
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.posix.json",
-               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(ROOT))
+               ANSIBLE_NOCOLOR="1", ANSIBLE_FORCE_COLOR="0", PWD=str(ROOT), **(environ or {}))
     argv = [str(PLAYBOOK_BIN), playbook, "-e", "@" + vars_file] + list(args)
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=str(ROOT), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -199,3 +200,36 @@ def test_collect_and_report_tolerate_a_job_that_never_started(tmp_path):
                         "directory on localhost. Logs: %s/runs/never-started/" % tmp], messages
     assert "Cannot stat" not in proc.stdout + proc.stderr
     assert tree(str(tmp)) == []
+
+
+def test_env_launcher_preflight_is_the_ssh_launchers():
+    """train_launcher=env (a platform's container: its variables in the environment ansible-playbook passes
+    to the embedded localhost) runs the ssh launcher's preflight on its container before torchrun: the
+    python, the script, the env files are named in the same words (filter train_preflight_problems on the
+    same probe), and no job is started (no job directory, no torchrun)."""
+    parent = tempfile.mkdtemp(prefix="badinput-env-")
+    os.chmod(parent, 0o711)  # the job's account (mtrain) passes through to its directories, as in run_case
+    try:
+        _env_launcher_preflight(pathlib.Path(parent) / "case")
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+def _env_launcher_preflight(tmp):
+    tmp.mkdir()
+    extra = dict(base_vars("train.yml", str(tmp)), train_launcher="env", train_job_id="env-preflight",
+                 train_env_files=[str(tmp / "job.env")])
+    proc, report, _seconds = run_playbook("train.yml", extra, str(tmp), ["--skip-tags", "prepare,nccl"],
+                                          {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29531", "WORLD_SIZE": "1",
+                                           "RANK": "0"})
+    messages = failure_messages(report)
+    assert proc.returncode == 2 and len(messages) == 1, proc.stdout[-3000:] + proc.stderr[-2000:]
+    assert messages[0].split(" | ") == [
+        'localhost: train_python="%s/venv/bin/python": missing or not executable on this node (train_venv="%s/venv"); '
+        "valid: the venv that multinode.training.wheel_distribute installs (tag prepare)" % (tmp, tmp),
+        'localhost: train_script="%s/code/smoke_train.py": missing on this node; valid: the same file on all nodes '
+        "(train_code_src is copied there)" % tmp,
+        'localhost: train_env_files="%s/job.env": missing on this node; valid: existing KEY=VALUE files' % tmp,
+        'localhost: train_nccl="%s/etc/nccl.env": missing on this node; valid: the NCCL env file '
+        "multinode.training.nccl_tuning writes (tag nccl), or train_nccl=false to leave it out" % tmp]
+    assert not (tmp / "log" / "env-preflight").exists()
