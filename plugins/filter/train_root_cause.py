@@ -9,7 +9,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import all_home, cross_node_root_cause, elastic_lost, job_report
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import LOST_AFTER
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import LOST_AFTER
 
 
 def train_root_cause(results, node_errors=None):

@@ -38,7 +38,7 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe, rankwrap, sampler
 from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _node_torchrun
 from ansible_collections.multinode.training.plugins.module_utils._node import preflight as _node_preflight
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples, stream_lines, stream_pending
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import live_samples, stream_lines, stream_pending
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     STOP_GRACE,
     VENV,
@@ -362,7 +362,7 @@ def node_offsets(offsets, node):
 
 def stream(job_dir, nodes, ranks, offsets, final=False):
     """The new lines of the streamed ranks in every node's job directory (``<job dir>/<node>/``) ->
-    ([[node, global rank, line]], offsets): _node.watch.stream_lines per node."""
+    ([[node, global rank, line]], offsets): _node.watchlib.stream_lines per node."""
     lines, out = [], dict(offsets or {})
     for node in nodes:
         if os.path.isdir(os.path.join(job_dir, node)):

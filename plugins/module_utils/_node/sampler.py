@@ -99,7 +99,7 @@ def gpu_sample(smi):
 # nvidia-smi runs in a helper process of the rank (this file run as ``mt_sample.py --smi <nvidia-smi>``), named
 # HELPER_NAME: it reaps the nvidia-smi calls, so its CPU time with its children's (utime, stime, cutime, cstime)
 # is what they cost, and the node's watcher reads it from /proc beside the sampler thread's
-# (_node.watch.sampler_cpu). Run from the sampler thread itself, their CPU would go to the rank's own children
+# (_node.watchlib.sampler_cpu). Run from the sampler thread itself, their CPU would go to the rank's own children
 # time, mixed with whatever else the script starts and reaps (data loader workers).
 HELPER_NAME = "mt-smi"
 # Seconds the sampler waits for the helper's answer (two nvidia-smi calls of at most 5 s each).
@@ -444,7 +444,7 @@ class Tee:
 
 
 # The sampler thread's name as the kernel knows it (/proc/<pid>/task/<tid>/comm): the node's watcher finds the
-# thread by it and reads its CPU time from outside the rank (_node.watch.sampler_cpu).
+# thread by it and reads its CPU time from outside the rank (_node.watchlib.sampler_cpu).
 THREAD_NAME = "mt-sampler"
 
 

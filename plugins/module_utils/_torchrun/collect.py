@@ -22,7 +22,7 @@ import tarfile
 import tempfile
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import (  # noqa: F401 (one place)
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import (  # noqa: F401 (one place)
     open_regular,
     rank_dirs,
     read_bytes,
@@ -40,7 +40,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
 
 def read_text(path):
     """A file of the job directory as text ('' when it cannot be read; never through a link, never
-    a FIFO: ``_node.watch.read_bytes``)."""
+    a FIFO: ``_node.watchlib.read_bytes``)."""
     return read_bytes(path).decode("utf-8", "replace")
 
 
@@ -81,7 +81,7 @@ TAIL_LINES = 30
 
 
 def latest_records(job_dir):
-    """Local rank -> the rank wrapper's record of its latest attempt (``_node.watch.read_ranks``)."""
+    """Local rank -> the rank wrapper's record of its latest attempt (``_node.watchlib.read_ranks``)."""
     latest = {}
     for record in read_ranks(job_dir):
         local = record.get("local_rank")

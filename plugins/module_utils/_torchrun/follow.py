@@ -2,8 +2,9 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The torchrun module's side of failures and long jobs (docs/design.md, "The watcher: failures and the lease").
 
-- ``write_watch_files``: the rank wrapper (_node.rankwrap) and the watcher (_torchrun_watch),
-  both standard-library files, and the watcher's configuration into the job directory;
+- ``write_watch_files``: the rank wrapper (_node.rankwrap), the watcher (_torchrun_watch) and its
+  library (_node.watchlib, beside it), all standard-library files, and the watcher's configuration
+  into the job directory;
 - ``status``: one poll of the controller (renews the lease, progress for the controller to print);
 - ``add_watch_state``: what the watchers decided, merged into the finished job's result;
 - ``stop_watcher``: ``state=stopped`` ends the watcher too.
@@ -16,11 +17,11 @@ import os
 import signal
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler
+from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap, sampler, watchlib
 from ansible_collections.multinode.training.plugins.module_utils._report import steps
 from ansible_collections.multinode.training.plugins.module_utils._node import watch as _torchrun_watch
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import read_json, read_text
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import (
     START_GRACE,
     WATCH_ENV,
     last_exception_line,
@@ -31,6 +32,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watch imp
 
 RANK_WRAPPER = "mt_rank.py"
 WATCHER = "mt_watch.py"
+WATCH_LIBRARY = "watchlib.py"  # _node.watchlib, which the watcher imports from its own directory
 SAMPLER = "mt_sample.py"  # the job report's per-rank sampler (_node.sampler), loaded by the rank wrapper
 # Seconds between a followed wait's progress lines when the task gives none (the torchrun module's
 # poll, which the action reads).
@@ -99,12 +101,13 @@ def new_file(dir_fd, name, mode, owner=None, text=None, flags=0):
 
 
 def write_watch_files(params, dir_fd, job_id, host, owner=None):
-    """The rank wrapper, the watcher and its configuration (0600: it holds the job's token) into
+    """The rank wrapper, the watcher, its library and its configuration (0600: it holds the job's token) into
     the job directory (open as ``dir_fd``: ``new_file``), and ``exits/``, all owned by ``owner``
     (the job's account)."""
     for name, source, mode in ((RANK_WRAPPER, inspect.getsource(rankwrap), 0o640),
                                (SAMPLER, inspect.getsource(sampler), 0o640),
                                (WATCHER, inspect.getsource(_torchrun_watch), 0o640),
+                               (WATCH_LIBRARY, inspect.getsource(watchlib), 0o640),
                                ("watch.json", json.dumps(watch_conf(params, job_id, host), sort_keys=True), 0o600),
                                ("lease", "", 0o640)):
         new_file(dir_fd, name, mode, owner, source)

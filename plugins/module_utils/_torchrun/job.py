@@ -28,7 +28,7 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     secret_values,
     validate_job_id,
 )
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import (
     FAIL_GRACE,
     HANG_TIMEOUT,
     HEARTBEAT,

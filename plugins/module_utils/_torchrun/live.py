@@ -3,7 +3,7 @@
 """The live part of the wait's progress lines: the latest step (and loss) of each node and the slowest
 node so far, while the job runs (ssh launcher: ``Live``, one per node's action; Slurm: ``ClusterLive``).
 
-Each node's poll answers with ``live`` (_node.watch.live_samples: the tail of the job report's samples
+Each node's poll answers with ``live`` (_node.watchlib.live_samples: the tail of the job report's samples
 of its latest attempt - the ranks' CPU plus run-queue wait, and the last candidate step lines of its
 lowest local rank). The controller's action for that node (plugins/action/torchrun.py) parses the step
 with the report's rules (_report.steps, ``train_step_pattern``) and measures the node's demand per step
@@ -70,7 +70,7 @@ class Tracker(object):
     """One node's figures over one wait. ``update(live)`` -> {step, loss, per_step, wall_per_step}:
     per_step is the demand (CPU + run-queue wait per rank) per step since the first step seen in this
     attempt, wall_per_step the time per step, both measured at the moments of the node's samples (``t``,
-    ``step_lines``: _node.watch.live_samples) and given once they span MIN_INTERVALS steps and
+    ``step_lines``: _node.watchlib.live_samples) and given once they span MIN_INTERVALS steps and
     LIVE_MIN_SECONDS; a new attempt (a restart), a step or a demand that went down starts the count again."""
 
     def __init__(self, patterns):

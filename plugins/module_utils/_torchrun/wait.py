@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import time
 
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import (
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import (
     follow_window,
     job_done,
     read_tail,

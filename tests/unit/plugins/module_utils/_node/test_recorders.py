@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils._node import sampler, watch
+from ansible_collections.multinode.training.plugins.module_utils._node import sampler, watch, watchlib
 from ansible_collections.multinode.training.plugins.module_utils._report import arrival, straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import live
 from tests.unit import torch_fakes as tf
@@ -117,7 +117,7 @@ def test_a_sampler_without_a_recorder_says_so_in_its_samples_and_the_controller_
     records = [json.loads(line) for line in (tmp_path / "samples" / "0_0.jsonl").read_text().splitlines()]
     assert records and all(r["fr_off"].startswith("torch 2.7.1+cu126 records no collectives for backend gloo")
                            for r in records)
-    polled = {"live": watch.live_samples(str(tmp_path))}
+    polled = {"live": watchlib.live_samples(str(tmp_path))}
     assert polled["live"]["fr_off"] == records[0]["fr_off"]
     action = live.Live("node2", None, None)
     assert action.notice(polled) == ("hang detection off on node2: %s; the straggler is named by the CPU figure"

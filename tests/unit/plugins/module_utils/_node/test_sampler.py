@@ -260,16 +260,16 @@ def test_the_watcher_reads_the_sampler_threads_cpu_from_proc(tmp_path):
     watcher (another process) reads it; a thread that spins is charged with its spinning."""
     import time
 
-    from ansible_collections.multinode.training.plugins.module_utils._node import watch
+    from ansible_collections.multinode.training.plugins.module_utils._node import watchlib
 
-    assert watch.SAMPLER_THREAD == sampler.THREAD_NAME
-    assert watch.sampler_cpu(os.getpid()) is None  # no sampler thread yet
+    assert watchlib.SAMPLER_THREAD == sampler.THREAD_NAME
+    assert watchlib.sampler_cpu(os.getpid()) is None  # no sampler thread yet
     with busy_sampler_thread(0.3):
         deadline = time.time() + 10
-        while (watch.sampler_cpu(os.getpid()) or 0) < 0.25 and time.time() < deadline:
+        while (watchlib.sampler_cpu(os.getpid()) or 0) < 0.25 and time.time() < deadline:
             time.sleep(0.05)
-        assert 0.25 <= watch.sampler_cpu(os.getpid()) < 5
-    assert watch.sampler_cpu(999999999) is None
+        assert 0.25 <= watchlib.sampler_cpu(os.getpid()) < 5
+    assert watchlib.sampler_cpu(999999999) is None
 
 
 def test_the_entries_are_dumped_at_most_every_dump_every_seconds_unless_half_are_new(tmp_path, monkeypatch):
@@ -300,14 +300,14 @@ def test_nvidia_smi_runs_in_a_helper_whose_cpu_the_watcher_reads_with_its_childr
     """Local rank 0 asks nvidia-smi through a helper process (mt-smi) that reaps the calls: the node's watcher
     reads the helper's CPU, its nvidia-smi children's included, from /proc - here a stand-in nvidia-smi that
     burns 0.1 CPU-s a call, 6 calls: at least 0.6 s, none of it on the sampler's own clock."""
-    from ansible_collections.multinode.training.plugins.module_utils._node import watch
+    from ansible_collections.multinode.training.plugins.module_utils._node import watchlib
 
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!%s\nimport sys, time\nend = time.process_time() + 0.1\nwhile time.process_time() < end:\n"
                    "    pass\nprint('0, 87, 40100' if '--query-gpu' in sys.argv[1] else '4242, 39000')\n"
                    % sys.executable)
     smi.chmod(0o755)
-    assert watch.SAMPLER_HELPER == sampler.HELPER_NAME
+    assert watchlib.SAMPLER_HELPER == sampler.HELPER_NAME
     s = sampler.Sampler(str(tmp_path / "0_0.jsonl"), os.getpid(), 0, smi=str(smi))
     try:
         for _sample in range(3):
@@ -315,8 +315,8 @@ def test_nvidia_smi_runs_in_a_helper_whose_cpu_the_watcher_reads_with_its_childr
         helper = s.smi.proc.pid
         with open("/proc/%d/comm" % helper) as handle:
             assert handle.read().strip() == "mt-smi"
-        assert helper in watch._children(os.getpid())
-        assert 0.6 <= watch.sampler_cpu(os.getpid()) < 10
+        assert helper in watchlib._children(os.getpid())
+        assert 0.6 <= watchlib.sampler_cpu(os.getpid()) < 10
     finally:
         s.stop()
     records = [json.loads(line) for line in (tmp_path / "0_0.jsonl").read_text().splitlines()]

@@ -5,11 +5,27 @@ siblings (side by side on the node), nothing else - not Ansible, not the rest of
 import ast
 import os
 import shutil
+import subprocess
 import sys
 
 from ansible_collections.multinode.training.plugins.module_utils._node import watch
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import jobdir
 
 NODE_DIR = os.path.dirname(os.path.abspath(watch.__file__))
+
+
+def imported(node, siblings):
+    """The modules an import statement names; a sibling imported relatively (``from .watchlib import``:
+    in the collection, where the node imports it by its name beside the file) by its own name."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not node.level:
+        return [node.module]
+    if node.level == 1 and node.module in siblings:
+        return [node.module]
+    if node.level == 1 and not node.module and all(alias.name in siblings for alias in node.names):
+        return [alias.name for alias in node.names]
+    return ["." * node.level + (node.module or "")]
 
 
 def foreign_imports(folder):
@@ -23,13 +39,9 @@ def foreign_imports(folder):
         with open(os.path.join(folder, name)) as handle:
             tree = ast.parse(handle.read(), name)
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                modules = ["." if node.level else node.module]
-            else:
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
-            for module in modules:
+            for module in imported(node, siblings):
                 top = module.split(".")[0]
                 if top not in sys.stdlib_module_names and top not in siblings:
                     found.append((name, node.lineno, module))
@@ -47,7 +59,35 @@ def test_a_planted_import_is_found(tmp_path):
     shutil.copytree(NODE_DIR, str(copy))
     with open(str(copy / "watch.py"), "a") as handle:
         handle.write("\n\ndef later():\n    from ansible.module_utils.basic import AnsibleModule\n    return AnsibleModule\n")
-    (copy / "extra.py").write_text("import yaml\nfrom . import watch\nimport supervisor\nimport json\n")
+    (copy / "extra.py").write_text("import yaml\nfrom .. import _torchrun\nfrom . import nothere\nfrom .nothere import x\n"
+                                   "import supervisor\nfrom . import watch\nfrom .watchlib import read_bytes\nimport json\n")
     found = foreign_imports(str(copy))
     assert [(name, module) for name, _line, module in found] == [
-        ("extra.py", "yaml"), ("extra.py", "."), ("watch.py", "ansible.module_utils.basic")]
+        ("extra.py", "yaml"), ("extra.py", ".."), ("extra.py", "."), ("extra.py", ".nothere"),
+        ("watch.py", "ansible.module_utils.basic")]
+
+
+def test_the_job_directory_runs_alone(tmp_path):
+    """The job directory as the torchrun module fills it (supervisor, rank wrapper, sampler, watcher and
+    its library): each python file there imports in an isolated python (-I: no site-packages, no
+    ansible, not even its own directory on the path) from an empty working directory, with nothing but
+    what was shipped beside it - the watcher finds its library by itself, in its own directory."""
+    job_dir = str(tmp_path / "job")
+    fd = jobdir.make_job_dir(job_dir)
+    try:
+        params = {"watch": {"node": "n1", "token": "t" * 32}, "nnodes": "1", "max_restarts": 0}
+        for log_fd in jobdir.fill_job_dir(fd, params, "j", "n1", None):
+            os.close(log_fd)
+    finally:
+        os.close(fd)
+    shipped = sorted(name for name in os.listdir(job_dir) if name.endswith(".py"))
+    # the files that are run or loaded by name (the rank wrapper loads the sampler only where it is there);
+    # what they import is found by importing them
+    assert {"mt_watch.py", "mt_rank.py", "mt_sample.py", "supervisor.py"} <= set(shipped)
+    empty = tmp_path / "cwd"
+    empty.mkdir()
+    for name in shipped:
+        code = "import runpy, sys; runpy.run_path(sys.argv[1], run_name='shipped')"
+        done = subprocess.run([sys.executable, "-I", "-c", code, os.path.join(job_dir, name)], cwd=str(empty),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        assert done.returncode == 0, (name, done.stdout.decode())

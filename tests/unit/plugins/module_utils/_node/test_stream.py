@@ -1,4 +1,4 @@
-"""The ranks' output streamed to the controller while the job runs (train_stream_ranks): _node.watch.stream_lines
+"""The ranks' output streamed to the controller while the job runs (train_stream_ranks): _node.watchlib.stream_lines
 and stream_pending on a recorded job directory (tests/fixtures/torchrun/stream/fail_rank1), replayed as if the ranks
 were still writing; the long poll that returns when a streamed rank printed (_torchrun.wait.follow_until); the
 option (_torchrun.follow.stream_ranks); the Slurm launcher's view of the same logs on shared storage."""
@@ -11,7 +11,7 @@ import shutil
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._launch import slurm_job
-from ansible_collections.multinode.training.plugins.module_utils._node import watch
+from ansible_collections.multinode.training.plugins.module_utils._node import watchlib
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import wait as wait_mod
 from tests.unit.conftest import FIXTURES
@@ -36,24 +36,24 @@ def lines_of(path):
 
 def test_the_chosen_rank_s_stdout_then_its_stderr_and_where_each_ended(tmp_path):
     job_dir = recorded(tmp_path)
-    lines, offsets = watch.stream_lines(job_dir, frozenset([0]), {})
+    lines, offsets = watchlib.stream_lines(job_dir, frozenset([0]), {})
     assert lines == [[0, line] for line in lines_of(log(job_dir, 0, "stdout")) + lines_of(log(job_dir, 0, "stderr"))]
     assert lines[0] == [0, "smoke: rank=0 world_size=2 allreduce_sum=1 expected=1 host=vm"]
     assert offsets == {"0/0/stdout": os.path.getsize(log(job_dir, 0, "stdout")),
                        "0/0/stderr": os.path.getsize(log(job_dir, 0, "stderr"))}
     # nothing new since
-    assert watch.stream_lines(job_dir, frozenset([0]), offsets) == ([], offsets)
-    assert not watch.stream_pending(job_dir, frozenset([0]), offsets)
+    assert watchlib.stream_lines(job_dir, frozenset([0]), offsets) == ([], offsets)
+    assert not watchlib.stream_pending(job_dir, frozenset([0]), offsets)
 
 
 def test_all_ranks_bring_the_failing_rank_s_traceback(tmp_path):
     job_dir = recorded(tmp_path)
-    lines, offsets = watch.stream_lines(job_dir, "all", {})
+    lines, offsets = watchlib.stream_lines(job_dir, "all", {})
     assert sorted(offsets) == ["0/0/stderr", "0/0/stdout", "0/1/stderr", "0/1/stdout"]
     assert lines[-1] == [1, "[rank1]: RuntimeError: injected failure on rank 1 at step 2"]
     assert [rank for rank, _text in lines] == [0] * 6 + [1] * 34
     # rank 1 only: the same lines of rank 1
-    assert watch.stream_lines(job_dir, frozenset([1]), {})[0] == lines[6:]
+    assert watchlib.stream_lines(job_dir, frozenset([1]), {})[0] == lines[6:]
 
 
 @pytest.mark.parametrize("chunk", [5, 64, 4096])
@@ -70,19 +70,19 @@ def test_replayed_as_written_every_line_arrives_once_whole_and_in_order(tmp_path
     for start in range(0, len(data), chunk):
         with open(path, "ab") as handle:
             handle.write(data[start:start + chunk])
-        assert watch.stream_pending(job_dir, frozenset([1]), offsets) or offsets.get("0/1/stderr", 0) > 0
-        lines, offsets = watch.stream_lines(job_dir, frozenset([1]), offsets)
+        assert watchlib.stream_pending(job_dir, frozenset([1]), offsets) or offsets.get("0/1/stderr", 0) > 0
+        lines, offsets = watchlib.stream_lines(job_dir, frozenset([1]), offsets)
         sent.extend(text for rank, text in lines if rank == 1)
     stdout_lines = lines_of(log(job_dir, 1, "stdout"))
     expected = data.decode().splitlines()
     assert sent == stdout_lines + expected[:-1]
-    lines, offsets = watch.stream_lines(job_dir, frozenset([1]), offsets, final=True)
+    lines, offsets = watchlib.stream_lines(job_dir, frozenset([1]), offsets, final=True)
     assert lines == [[1, expected[-1]]] and offsets["0/1/stderr"] == len(data)
 
 
 def test_an_attach_starts_at_the_last_lines(tmp_path):
     job_dir = recorded(tmp_path)
-    lines, offsets = watch.stream_lines(job_dir, frozenset([1]), {}, tail=3)
+    lines, offsets = watchlib.stream_lines(job_dir, frozenset([1]), {}, tail=3)
     stdout, stderr = lines_of(log(job_dir, 1, "stdout")), lines_of(log(job_dir, 1, "stderr"))
     assert [text for _rank, text in lines] == stdout[-3:] + stderr[-3:]
     assert offsets["0/1/stderr"] == os.path.getsize(log(job_dir, 1, "stderr"))
@@ -94,23 +94,23 @@ def test_a_line_is_shown_as_a_terminal_shows_it_and_a_long_one_is_cut(tmp_path):
     size = os.path.getsize(path)
     with open(path, "ab") as handle:
         handle.write(b"epoch 1:  10%\repoch 1:  50%\repoch 1: 100%\r\n" + b"x" * 3000 + b"\n")
-    lines, _offsets = watch.stream_lines(job_dir, frozenset([0]), {"0/0/stdout": size, "0/0/stderr": 10 ** 6})
+    lines, _offsets = watchlib.stream_lines(job_dir, frozenset([0]), {"0/0/stdout": size, "0/0/stderr": 10 ** 6})
     assert lines[0] == [0, "epoch 1: 100%"]
-    assert lines[1][1] == "x" * watch.STREAM_LINE + " [...]"
+    assert lines[1][1] == "x" * watchlib.STREAM_LINE + " [...]"
 
 
 def test_a_rank_without_a_start_record_or_a_link_for_a_log_sends_nothing(tmp_path):
     job_dir = recorded(tmp_path)
     os.remove(os.path.join(job_dir, "exits", "0_1.start"))
-    assert watch.stream_lines(job_dir, "all", {})[1].keys() == {"0/0/stdout", "0/0/stderr"}
+    assert watchlib.stream_lines(job_dir, "all", {})[1].keys() == {"0/0/stdout", "0/0/stderr"}
     secret = tmp_path / "secret"
     secret.write_text("root's own\n")
     path = log(job_dir, 0, "stdout")
     os.remove(path)
     os.symlink(str(secret), path)
-    lines, offsets = watch.stream_lines(job_dir, frozenset([0]), {})
+    lines, offsets = watchlib.stream_lines(job_dir, frozenset([0]), {})
     assert all("root's own" not in text for _rank, text in lines) and offsets["0/0/stdout"] == 0
-    assert not watch.stream_pending(job_dir, frozenset([0]), {"0/0/stderr": 10 ** 6})
+    assert not watchlib.stream_pending(job_dir, frozenset([0]), {"0/0/stderr": 10 ** 6})
 
 
 def test_pieces_of_a_fast_rank_come_poll_after_poll(tmp_path):
@@ -119,7 +119,7 @@ def test_pieces_of_a_fast_rank_come_poll_after_poll(tmp_path):
     whole = lines_of(path)
     sent, offsets = [], {"0/1/stdout": 10 ** 6}
     while True:
-        lines, offsets = watch.stream_lines(job_dir, frozenset([1]), offsets, size=300)
+        lines, offsets = watchlib.stream_lines(job_dir, frozenset([1]), offsets, size=300)
         if not lines:
             break
         sent.extend(text for _rank, text in lines)

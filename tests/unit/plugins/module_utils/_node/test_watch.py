@@ -5,6 +5,7 @@ import os
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._node import watch as w
+from ansible_collections.multinode.training.plugins.module_utils._node import watchlib
 
 # A rank's stderr when the script does not use @record (a third-party test script): the cause
 # is the exception line of the last traceback, not torchrun's "no error message".
@@ -36,22 +37,22 @@ RuntimeError: wrapped
 
 
 def test_last_exception_line_from_stderr_without_record():
-    assert w.last_exception_line(ASSERT_STDERR) == "AssertionError: Only wrote to file 2 times, not 4"
+    assert watchlib.last_exception_line(ASSERT_STDERR) == "AssertionError: Only wrote to file 2 times, not 4"
 
 
 def test_last_exception_line_takes_the_last_traceback():
-    assert w.last_exception_line(CHAINED) == "RuntimeError: wrapped"
+    assert watchlib.last_exception_line(CHAINED) == "RuntimeError: wrapped"
 
 
 def test_last_exception_line_dotted_and_bare():
     text = "Traceback (most recent call last):\n  File \"x\", line 1\ntorch.distributed.DistBackendError: NCCL error\n"
-    assert w.last_exception_line(text) == "torch.distributed.DistBackendError: NCCL error"
-    assert w.last_exception_line("Traceback (most recent call last):\n  x\nKeyboardInterrupt\n") == "KeyboardInterrupt"
+    assert watchlib.last_exception_line(text) == "torch.distributed.DistBackendError: NCCL error"
+    assert watchlib.last_exception_line("Traceback (most recent call last):\n  x\nKeyboardInterrupt\n") == "KeyboardInterrupt"
 
 
 def test_last_exception_line_none_without_traceback():
-    assert w.last_exception_line("just a warning\n") is None
-    assert w.last_exception_line("") is None
+    assert watchlib.last_exception_line("just a warning\n") is None
+    assert watchlib.last_exception_line("") is None
 
 
 def test_first_failure_is_earliest_across_nodes():
@@ -95,11 +96,11 @@ def test_lease():
 
 
 def test_classify_rank():
-    assert w.classify_rank({"pid": 1}, None, True) == "running"
-    assert w.classify_rank({"pid": 1}, None, False) == "killed"
-    assert w.classify_rank({"pid": 1}, {"exitcode": 0}, False) == "succeeded"
-    assert w.classify_rank({"pid": 1}, {"exitcode": 2}, False) == "failed"
-    assert w.classify_rank(None, None, False) == "unknown"
+    assert watchlib.classify_rank({"pid": 1}, None, True) == "running"
+    assert watchlib.classify_rank({"pid": 1}, None, False) == "killed"
+    assert watchlib.classify_rank({"pid": 1}, {"exitcode": 0}, False) == "succeeded"
+    assert watchlib.classify_rank({"pid": 1}, {"exitcode": 2}, False) == "failed"
+    assert watchlib.classify_rank(None, None, False) == "unknown"
 
 
 def test_local_failure_non_restartable_and_restartable():
@@ -144,7 +145,7 @@ def test_read_ranks_from_wrapper_records(tmp_path):
     (exits / "0_0.start").write_text(json.dumps({"pid": os.getpid(), "rank": 0, "local_rank": 0, "restart": 0}))
     (exits / "0_1.start").write_text(json.dumps({"pid": 2 ** 22 + 7, "rank": 1, "local_rank": 1, "restart": 0}))
     (exits / "0_1.exit").write_text(json.dumps({"exitcode": 1, "message": "AssertionError: x", "time": 3.0}))
-    ranks = w.read_ranks(str(tmp_path), "n1")
+    ranks = watchlib.read_ranks(str(tmp_path), "n1")
     assert [(r["rank"], r["state"]) for r in ranks] == [(0, "running"), (1, "failed")]
     assert ranks[1]["message"] == "AssertionError: x"
 
@@ -202,13 +203,13 @@ def test_peer_error_stop_becomes_lost_node():
 def test_caused_by_stop_only_after_the_stop_reached_the_node():
     stop = {"reason": "lease", "received": 100.0}
     # Ranks stopped by the lease stop (SIGTERM: no exit record, or an exit after it) are its consequence.
-    assert w.caused_by_stop({"rank": 0, "time": None}, stop)
-    assert w.caused_by_stop({"rank": 0, "time": 100.5}, stop)
+    assert watchlib.caused_by_stop({"rank": 0, "time": None}, stop)
+    assert watchlib.caused_by_stop({"rank": 0, "time": 100.5}, stop)
     # A rank that failed before the stop arrived is a cause; no stop, nothing is a consequence.
-    assert not w.caused_by_stop({"rank": 0, "time": 99.0}, stop)
-    assert not w.caused_by_stop({"rank": 0, "time": None}, None)
-    assert not w.caused_by_stop(None, stop)
-    assert not w.caused_by_stop({"rank": 0, "time": 101.0}, {"reason": "lease"})
+    assert not watchlib.caused_by_stop({"rank": 0, "time": 99.0}, stop)
+    assert not watchlib.caused_by_stop({"rank": 0, "time": None}, None)
+    assert not watchlib.caused_by_stop(None, stop)
+    assert not watchlib.caused_by_stop({"rank": 0, "time": 101.0}, {"reason": "lease"})
 
 
 def _job_dir(tmp_path, job_id, **conf):
@@ -367,20 +368,21 @@ def test_wake_watcher_waits_out_the_empty_environment_right_after_an_exec(tmp_pa
         assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=5.0) == 4242
     finally:
         timer.cancel()
-    assert sent == [(4242, w.WAKE_SIGNAL)]
+    assert sent == [(4242, watchlib.WAKE_SIGNAL)]
     assert sup.wake_watcher(str(tmp_path), "j2", proc=str(root)) is None
     (root / "4242" / "environ").write_bytes(b"")
     assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=0.3) is None
     (root / "4242" / "stat").write_bytes(b"4242 (python) Z 1 4242 4242")  # gone: not waited for
     (root / "4242" / "environ").write_bytes(b"MULTINODE_TRAINING_WATCH=j1\0")
     assert sup.wake_watcher(str(tmp_path), "j1", proc=str(root), settle=60) is None
-    assert sent == [(4242, w.WAKE_SIGNAL)]
+    assert sent == [(4242, watchlib.WAKE_SIGNAL)]
 
 
 def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_path):
-    """mt_watch.py, mt_rank.py and supervisor.py run from the job directory; _node/torchrun.py and
-    supervisor.py run beside slurm_node.py on Slurm nodes: each must import on its own, in an
-    isolated python (-I: no site-packages, no ansible) with only its own directory on the path."""
+    """mt_rank.py and supervisor.py run from the job directory; _node/torchrun.py and supervisor.py
+    run beside slurm_node.py on Slurm nodes: each must import on its own, in an isolated python (-I:
+    no site-packages, no ansible) with only its own directory on the path. (mt_watch.py imports its
+    library beside it: the job directory as the module writes it, test_standalone.py.)"""
     import shutil
     import subprocess
     import sys
@@ -389,7 +391,7 @@ def test_the_files_shipped_alone_import_nothing_but_the_standard_library(tmp_pat
     from ansible_collections.multinode.training.plugins.module_utils._node import rankwrap
     from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as _torchrun_supervisor
 
-    for module in (w, _torchrun, rankwrap, _torchrun_supervisor):
+    for module in (_torchrun, rankwrap, _torchrun_supervisor):
         alone = tmp_path / module.__name__.rsplit(".", 1)[1]
         alone.mkdir()
         shutil.copy(module.__file__, str(alone / "shipped.py"))
@@ -803,10 +805,10 @@ def test_read_collectives_takes_each_local_ranks_latest_sample_of_the_latest_att
     (samples / "1_1.jsonl").write_text('{"kind": "proc", "t": 11.0}\n{"kind": "pro')  # a line cut short
     ranks = [{"restart": 1, "local_rank": 0, "rank": 2}, {"restart": 1, "local_rank": 1, "rank": 3},
              {"restart": 0, "local_rank": 0, "rank": 0}]
-    out = w.read_collectives(str(tmp_path), ranks, "n2", 15.0)
+    out = watchlib.read_collectives(str(tmp_path), ranks, "n2", 15.0)
     assert [(r["rank"], r["fr"], r["age"]) for r in out] == [(2, {"0": [6, 5]}, 3), (3, None, 4)]
     assert out[0]["where"] == "a.py:1 in f: x" and out[0]["op"]["name"] == "gloo:all_reduce"
-    assert w.read_collectives(str(tmp_path / "none"), ranks, "n2", 15.0) == []
+    assert watchlib.read_collectives(str(tmp_path / "none"), ranks, "n2", 15.0) == []
 
 
 def test_the_hub_judges_a_hang_once_every_node_reported_and_keeps_it(tmp_path):
@@ -939,10 +941,10 @@ def test_the_watcher_is_known_by_its_command_line_where_root_cannot_read_its_env
     (proc / "41").mkdir(parents=True)
     (proc / "41" / "cmdline").write_bytes(b"/opt/venv/bin/python\0/var/log/mt/job-a/mt_watch.py\0"
                                           b"/var/log/mt/job-a\0" b"40\0")
-    assert w.watcher_alive({"watch_pid": 41, "job_id": "job-a"}, str(proc))
-    assert not w.watcher_alive({"watch_pid": 41, "job_id": "job-b"}, str(proc))
-    assert not w.watcher_alive({"watch_pid": 42, "job_id": "job-a"}, str(proc))  # gone
+    assert watchlib.watcher_alive({"watch_pid": 41, "job_id": "job-a"}, str(proc))
+    assert not watchlib.watcher_alive({"watch_pid": 41, "job_id": "job-b"}, str(proc))
+    assert not watchlib.watcher_alive({"watch_pid": 42, "job_id": "job-a"}, str(proc))  # gone
     # readable: the environment's marker decides
-    (proc / "41" / "environ").write_bytes(("%s=job-b\0" % w.WATCH_ENV).encode())
-    assert w.watcher_alive({"watch_pid": 41, "job_id": "job-b"}, str(proc))
-    assert not w.watcher_alive({"watch_pid": 41, "job_id": "job-a"}, str(proc))
+    (proc / "41" / "environ").write_bytes(("%s=job-b\0" % watchlib.WATCH_ENV).encode())
+    assert watchlib.watcher_alive({"watch_pid": 41, "job_id": "job-b"}, str(proc))
+    assert not watchlib.watcher_alive({"watch_pid": 41, "job_id": "job-a"}, str(proc))

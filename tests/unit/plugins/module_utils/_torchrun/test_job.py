@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils._node import watch as _watch
+from ansible_collections.multinode.training.plugins.module_utils._node import watchlib as _watchlib
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import firewall, jobdir, proc
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import start as start_mod
@@ -304,8 +304,8 @@ def test_write_json_is_atomic_and_sets_mode(tmp_path):
 def test_read_tail(tmp_path):
     path = tmp_path / "log"
     path.write_text("x" * 100 + "END")
-    assert _watch.read_tail(str(path), 3) == "END"
-    assert _watch.read_tail(str(tmp_path / "missing")) == ""
+    assert _watchlib.read_tail(str(path), 3) == "END"
+    assert _watchlib.read_tail(str(tmp_path / "missing")) == ""
 
 
 # ------------------------------------------------------------------ liveness and waiting (real processes)
@@ -544,7 +544,7 @@ def test_fill_job_dir_writes_nothing_through_a_name_swapped_for_a_link(tmp_path)
     made = job_dir + ".moved"
     assert sorted(os.listdir(made)) == sorted(["exits", "job.json", "lease", fol.RANK_WRAPPER,
                                                jobdir.SUPERVISOR_FILE, "torchrun.log", "watch.json", "watch.log",
-                                               fol.WATCHER, fol.SAMPLER])
+                                               fol.WATCHER, fol.WATCH_LIBRARY, fol.SAMPLER])
     uid = _owner()[0] if _owner() else os.geteuid()
     assert os.stat(made).st_uid == uid and os.stat(made).st_mode & 0o777 == 0o750
     assert all(os.lstat(os.path.join(made, n)).st_uid == uid for n in os.listdir(made))
@@ -571,9 +571,9 @@ def test_job_files_are_read_without_following_a_link_or_waiting_on_a_fifo(tmp_pa
     os.symlink(str(secret), str(job_dir / "torchrun.log"))
     os.mkfifo(str(job_dir / "stderr.log"))
     (job_dir / "result.json").write_text('{"rc": 0}')
-    assert read_text(str(job_dir / "torchrun.log")) == "" and _watch.read_tail(str(job_dir / "torchrun.log")) == ""
+    assert read_text(str(job_dir / "torchrun.log")) == "" and _watchlib.read_tail(str(job_dir / "torchrun.log")) == ""
     began = time.time()
-    assert read_text(str(job_dir / "stderr.log")) == "" and _watch.read_tail(str(job_dir / "stderr.log")) == ""
+    assert read_text(str(job_dir / "stderr.log")) == "" and _watchlib.read_tail(str(job_dir / "stderr.log")) == ""
     assert time.time() - began < 2
     assert read_json(str(job_dir / "result.json")) == {"rc": 0}
     assert read_json(str(job_dir / "torchrun.log")) is None
@@ -619,7 +619,7 @@ def test_a_job_directory_swapped_for_a_link_of_the_accounts_is_not_read(tmp_path
 
 def where(path):
     """The directory open_dir opened for ``path`` (its name, from /proc), or None."""
-    from ansible_collections.multinode.training.plugins.module_utils._node.watch import open_dir
+    from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import open_dir
     fd = open_dir(path)
     if fd is None:
         return None
@@ -653,7 +653,7 @@ def test_open_dir_walks_the_target_of_roots_link_the_same_way(tmp_path):
     """A link of root's is followed by walking its target name by name: an account's link on the
     target's way is refused there as well (the kernel, resolving the whole target, would follow
     it); relative targets, chains of root's links and loops; no descriptor is left open."""
-    from ansible_collections.multinode.training.plugins.module_utils._node.watch import MAX_LINKS
+    from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import MAX_LINKS
     real = tmp_path / "real"
     (real / "sub").mkdir(parents=True)
     home = tmp_path / "home"  # the account's directory, where it put a link of its own
@@ -686,7 +686,7 @@ def test_open_dir_walks_the_target_of_roots_link_the_same_way(tmp_path):
 
 
 def test_open_dir_closes_what_it_opened_when_a_step_fails(tmp_path, monkeypatch):
-    from ansible_collections.multinode.training.plugins.module_utils._node import watch
+    from ansible_collections.multinode.training.plugins.module_utils._node import watchlib
     (tmp_path / "a" / "b").mkdir(parents=True)
     real_fstat = os.fstat
     calls = []
@@ -698,9 +698,9 @@ def test_open_dir_closes_what_it_opened_when_a_step_fails(tmp_path, monkeypatch)
         return real_fstat(fd)
 
     before = _fds()
-    monkeypatch.setattr(watch.os, "fstat", failing_fstat)
-    assert watch.open_dir(str(tmp_path / "a" / "b")) is None
-    monkeypatch.setattr(watch.os, "fstat", real_fstat)
+    monkeypatch.setattr(watchlib.os, "fstat", failing_fstat)
+    assert watchlib.open_dir(str(tmp_path / "a" / "b")) is None
+    monkeypatch.setattr(watchlib.os, "fstat", real_fstat)
     assert len(calls) == 3 and _fds() == before
 
 

@@ -1,6 +1,6 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The live progress figures (_torchrun.live, _node.watch.live_samples) replayed on recorded jobs: the
+"""The live progress figures (_torchrun.live, _node.watchlib.live_samples) replayed on recorded jobs: the
 samples of tests/fixtures/report/jobs/<name>/ cut at the times the controller would have polled."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils._node.watch import live_samples
+from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import live_samples
 from ansible_collections.multinode.training.plugins.module_utils._report import timeline
 from ansible_collections.multinode.training.plugins.module_utils._report.steps import compile_patterns
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import live

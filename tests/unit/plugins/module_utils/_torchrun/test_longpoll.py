@@ -1,5 +1,5 @@
 """Unit tests for the followed wait: the node-side long poll
-(_torchrun.wait.follow_until), its window (_node.watch.follow_window, _torchrun.follow.next_window), the
+(_torchrun.wait.follow_until), its window (_node.watchlib.follow_window, _torchrun.follow.next_window), the
 job directory packed into the finished result and unpacked on the controller
 (_torchrun.collect.pack_job_dir / unpack_job_archive). On recorded job directories and real
 supervisor processes.
@@ -24,7 +24,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import follow as fol
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import wait as wait_mod
 from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
-from ansible_collections.multinode.training.plugins.module_utils._node import watch
+from ansible_collections.multinode.training.plugins.module_utils._node import watchlib
 from tests.unit.plugins.module_utils._torchrun.test_job import _start_supervisor, _visible, job_copy
 
 
@@ -37,7 +37,7 @@ from tests.unit.plugins.module_utils._torchrun.test_job import _start_supervisor
     (0, 60, 0.5),        # never a busy loop
 ])
 def test_follow_window(requested, lease, expected):
-    assert watch.follow_window(requested, lease) == pytest.approx(expected)
+    assert watchlib.follow_window(requested, lease) == pytest.approx(expected)
 
 
 def test_next_window_first_call_is_short_then_up_to_the_next_line():
@@ -49,17 +49,17 @@ def test_next_window_first_call_is_short_then_up_to_the_next_line():
 
 def test_job_done_needs_the_result_and_a_final_watcher(tmp_path):
     ended = {"end": 100.0}
-    assert not watch.job_done({}, None, {"final": True}, 101.0)
-    assert watch.job_done({}, ended, {"final": True}, 101.0)
+    assert not watchlib.job_done({}, None, {"final": True}, 101.0)
+    assert watchlib.job_done({}, ended, {"final": True}, 101.0)
     # the watcher (no watch_pid: not alive) is gone
-    assert watch.job_done({}, ended, {}, 101.0)
+    assert watchlib.job_done({}, ended, {}, 101.0)
     # a watcher still running (its marker in /proc/<pid>/environ), not final: done only 30 s after the end
     proc = tmp_path / "proc" / "4242"
     proc.mkdir(parents=True)
     (proc / "environ").write_bytes(b"PATH=/bin\0MULTINODE_TRAINING_WATCH=x\0")
     watching = {"watch_pid": 4242, "job_id": "x"}
-    assert not watch.job_done(watching, ended, {}, 101.0, proc=str(tmp_path / "proc"))
-    assert watch.job_done(watching, ended, {}, 131.0, proc=str(tmp_path / "proc"))
+    assert not watchlib.job_done(watching, ended, {}, 101.0, proc=str(tmp_path / "proc"))
+    assert watchlib.job_done(watching, ended, {}, 131.0, proc=str(tmp_path / "proc"))
 
 
 # ------------------------------------------------------------------ the long poll
