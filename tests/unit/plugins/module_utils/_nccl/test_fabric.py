@@ -6,6 +6,7 @@ import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._nccl.fabric import (
     FabricError,
+    apply_overrides,
     launcher_env,
     odd_nodes,
     parse_version,
@@ -18,6 +19,7 @@ from ansible_collections.multinode.training.plugins.module_utils._nccl.sysfs imp
     read_gpu_state,
     read_sysfs,
 )
+from ansible_collections.multinode.training.plugins.module_utils._node import fabric_probe
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[4] / "fixtures"
 SYSFS = FIXTURES / "sysfs"
@@ -249,6 +251,52 @@ def test_hca_override_naming_missing_device_fails(value, token):
     message = str(err.value)
     assert message.startswith("node7: NCCL_IB_HCA override %r names %r" % (value, token))
     assert "mlx5_0:1 (InfiniBand, ACTIVE, 400 Gb/sec (4X NDR))" in message
+
+
+def one_port_node(device, port):
+    """What read_sysfs gives for a node with one ACTIVE InfiniBand port."""
+    return {"root": "/sys", "has_infiniband_class": True, "netdevs": ["eth0"], "devices": [{
+        "name": device, "netdevs": [], "ports": [{
+            "name": "%s:%d" % (device, port), "device": device, "port": port, "link_layer": "InfiniBand",
+            "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "netdev": "", "gids": [],
+            "kind": "ib"}]}]}
+
+
+# One entry of NCCL_IB_HCA, a node's one port, and whether the entry names that port (NCCL's reading).
+HCA_CASES = [
+    ("mlx5_1", "mlx5_10", 1, True),      # a prefix without '='
+    ("=mlx5_1", "mlx5_10", 1, False),    # '=': whole names
+    ("=mlx5_1", "mlx5_1", 1, True),
+    ("mlx5", "mlx5_8", 1, True),
+    ("=mlx5", "mlx5_8", 1, False),
+    ("mlx5_0:1", "mlx5_0", 1, True),     # a port named
+    ("mlx5_0:2", "mlx5_0", 1, False),
+    ("=mlx5_0:1", "mlx5_0", 1, True),
+    ("mlx5_0:01", "mlx5_0", 1, True),    # the port by its number
+    ("mlx5_0:x", "mlx5_0", 1, False),
+    (" mlx5_0 ,", "mlx5_0", 1, True),    # blanks and an empty entry
+    ("mlx4_0", "mlx5_0", 1, False),
+    ("^mlx5_0", "mlx5_0", 1, True),      # '^' excludes what it names
+    ("^=mlx5_1", "mlx5_10", 1, False),
+    ("^=mlx5_1:1", "mlx5_1", 1, True),
+    ("^mlx5_0:2", "mlx5_0", 1, False),
+]
+
+
+@pytest.mark.parametrize("spec, device, port, names_it", HCA_CASES)
+def test_the_probe_and_the_override_check_read_nccl_ib_hca_alike(spec, device, port, names_it):
+    """The one grammar (_node/fabric_probe.parse_hca) in its two uses: the probe lets NCCL use the port when
+    the entry names it (or, after '^', when it does not), and nccl_fabric accepts the override on a node
+    with that one port exactly when the entry names it."""
+    exclude = spec.startswith("^")
+    assert fabric_probe.hca_allows(spec, device, str(port)) is (names_it != exclude)
+    try:
+        settings = apply_overrides({}, {"NCCL_IB_HCA": spec}, one_port_node(device, port), "n1")
+    except FabricError as exc:
+        assert not names_it, exc
+        assert "NCCL_IB_HCA override %r names" % spec in str(exc)
+    else:
+        assert names_it and settings == {"NCCL_IB_HCA": spec}
 
 
 def test_socket_ifname_override_naming_missing_interface_fails():
