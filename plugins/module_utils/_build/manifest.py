@@ -15,6 +15,10 @@ import os
 import re
 import tempfile
 
+# The one sha256 of a file (hex) is the data-sync worker's: that file runs alone on the nodes, from its
+# source, so it keeps its own, and the module side takes it from there rather than hold a second one.
+from ansible_collections.multinode.training.plugins.module_utils._data.worker import sha256_file
+
 SCHEMA = 1
 SUFFIX = ".manifest.json"
 # The keys every consumer relies on; listed here only.
@@ -24,14 +28,6 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 class ManifestError(ValueError):
     """A manifest that cannot be used; str() is the reason, naming the file."""
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def sha256_text(text):
