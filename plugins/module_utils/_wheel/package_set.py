@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 
 
-def _canonical(name):
+def canonicalize_name(name):
+    """PEP 503's normalized project name ('Foo_Bar.baz' -> 'foo-bar-baz'), as packaging.utils has it: the one
+    rule of the collection (requirements, sdist, seed and space take it from here)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -15,7 +17,7 @@ def parse_set(specs):
     out = {}
     for spec in specs:
         name, _sep, version = str(spec).partition("==")
-        out[_canonical(name.strip())] = version.strip()
+        out[canonicalize_name(name.strip())] = version.strip()
     return out
 
 
