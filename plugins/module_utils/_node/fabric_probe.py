@@ -221,6 +221,13 @@ def nccl_setting(name, env, conf="/etc/nccl.conf"):
     return None
 
 
+def parse_rate(text):
+    """A port's sysfs ``rate``: '400 Gb/sec (4X NDR)' -> 400.0; unparsable -> None. (_nccl/sysfs.py reads it
+    with this too.)"""
+    match = re.match(r"\s*([\d.]+)\s*Gb/sec", text or "")
+    return float(match.group(1)) if match else None
+
+
 def parse_hca(spec):
     """NCCL_IB_HCA as NCCL reads it -> (exclude, exact, [(device, port)]): an optional '^' (NCCL uses every
     port but those listed), then an optional '=' (names are whole device names, not prefixes), then a comma
@@ -281,11 +288,11 @@ def line_rate(iface, cuda, env, sys_root="/sys", proc="/proc", conf="/etc/nccl.c
         for device in _read(ib) or []:
             for port in _read(os.path.join(ib, device, "ports")) or []:
                 base = os.path.join(ib, device, "ports", port)
-                match = re.match(r"\s*([\d.]+)\s*Gb/sec", _read(os.path.join(base, "rate")) or "")
-                if (_read(os.path.join(base, "state")) or "").endswith("ACTIVE") and match \
+                rate = parse_rate(_read(os.path.join(base, "rate")))
+                if (_read(os.path.join(base, "state")) or "").endswith("ACTIVE") and rate is not None \
                         and hca_allows(hca, device, port):
                     layer = _read(os.path.join(base, "link_layer")) or "InfiniBand"
-                    ports.append((float(match.group(1)), "%s:%s (%s)" % (device, port, layer)))
+                    ports.append((rate, "%s:%s (%s)" % (device, port, layer)))
         if ports:
             gbps, via = min(ports)
             return {"transport": "rdma", "via": via, "gbps": gbps}

@@ -336,6 +336,8 @@ def test_parse_version(text, version):
 
 @pytest.mark.parametrize("text, rate", [("400 Gb/sec (4X NDR)", 400.0), ("2.5 Gb/sec (1X SDR)", 2.5), ("", None)])
 def test_parse_rate(text, rate):
+    """One reading of a port's rate: the nodes' fabric probe and nccl_fabric's sysfs reading."""
+    assert parse_rate is fabric_probe.parse_rate
     assert parse_rate(text) == rate
 
 
