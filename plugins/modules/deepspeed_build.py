@@ -671,12 +671,12 @@ arch_list:
   type: str
   sample: 8.0;9.0+PTX
 gpus:
-  description: This host's GPUs seen by nvidia-smi (name, compute_cap).
+  description: This host's GPUs seen by nvidia-smi (index, name, compute_cap).
   returned: with O(plan)
   type: list
   elements: dict
 node_gpus:
-  description: The GPUs of O(plan.nodes) (name, compute_cap), which join RV(gpus) for O(plan.cuda_arch_list=auto).
+  description: The GPUs of O(plan.nodes) (index, name, compute_cap), which join RV(gpus) for O(plan.cuda_arch_list=auto).
   returned: with O(plan)
   type: list
   elements: dict

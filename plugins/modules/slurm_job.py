@@ -43,9 +43,9 @@ options:
     required: true
   bin_dir:
     description:
-      - Shared directory holding C(slurm_node.py) (the train role copies it); the module writes the helpers it
-        imports or runs beside it from its own module_utils (C(_preflight.py), C(env_probe.py), C(_torchrun.py),
-        C(supervisor.py), the fabric check's and the job report's).
+      - Shared directory holding C(slurm_node.py) (the train role copies it); the module writes beside it,
+        from its own source, what that file imports or runs (C(_preflight.py), C(env_probe.py), C(_torchrun.py),
+        C(supervisor.py), the rank wrapper and, with O(fabric_check), the probe C(fabric_probe.py)).
     type: path
   partition:
     description: Partition (C(--partition)); empty for the cluster's default partition.
@@ -247,9 +247,9 @@ options:
   fabric_check:
     description:
       - The preflight fabric check (train_fabric_check) as a step of the batch script between the preflight
-        and torchrun - one probe per node (C(fabric_probe.py) in O(bin_dir), with the job's python, interface,
-        env files and rendezvous port), then the verdict on the batch host (C(_fabric_verdict.py), the ssh
-        launcher's code), written to C(<job dir>/fabric.json). V(warn) goes on; V(gate) fails the job before
+        and torchrun - one probe per node (C(fabric_probe.py), which the module writes into O(bin_dir), with
+        the job's python, interface, env files and rendezvous port), then the verdict on the batch host
+        (C(_fabric_verdict.py), the ssh launcher's code), written to C(<job dir>/fabric.json). V(warn) goes on; V(gate) fails the job before
         torchrun, or with an elastic O(nnodes) leaves the slow nodes out (srun C(--nodelist)).
     type: str
     default: "off"

@@ -41,12 +41,14 @@ def _key(token):
     return (int(major), int(minor), suffix)
 
 
-def parse_arch_list(text, variable="deepspeed_build_cuda_arch_list"):
-    """'7.5;8.0 9.0+PTX' -> ['7.5', '8.0', '9.0+PTX'] (sorted, unique), or ArchListError."""
+def arch_entries(text, variable="deepspeed_build_cuda_arch_list"):
+    """TORCH_CUDA_ARCH_LIST as the build takes and writes it (the manifest's ``cuda.arch_list``): '8.0;9.0+PTX' ->
+    [{'arch': (8, 0), 'suffix': '', 'ptx': False, 'text': '8.0'}, {'arch': (9, 0), ..., 'ptx': True, ...}], in
+    the order given ('' gives []). Tokens are separated by ';' or blanks; suffix 'a' (9.0a) runs only on that
+    exact architecture, 'f' (family) on the same major; '+PTX' embeds PTX as well. ArchListError (a
+    ValueError) names ``variable``, the list and every bad token. The one reading of the list: the build's
+    ``parse_arch_list`` and the wheel's GPU check (_wheel/gpu.py) both use it."""
     tokens = [t for t in re.split(r"[;\s]+", str(text or "").strip()) if t]
-    if not tokens:
-        raise ArchListError("%s is empty: give compute capabilities such as '7.5;8.0;9.0+PTX' "
-                            "or 'auto'" % variable)
     bad = [t for t in tokens if not _TOKEN.match(t)]
     if bad:
         raise ArchListError(
@@ -54,11 +56,25 @@ def parse_arch_list(text, variable="deepspeed_build_cuda_arch_list"):
             "9.0+PTX (separated by ';'), e.g. '7.5;8.0;9.0+PTX'"
             % (variable, str(text), ", ".join("%r is" % t for t in bad) if len(bad) == 1
                else ", ".join(repr(t) for t in bad) + " are"))
-    seen = {}
+    entries = []
     for token in tokens:
-        base = token.replace("+PTX", "")
+        major, minor, suffix, ptx = _TOKEN.match(token).groups()
+        entries.append({"arch": (int(major), int(minor)), "suffix": suffix, "ptx": bool(ptx), "text": token})
+    return entries
+
+
+def parse_arch_list(text, variable="deepspeed_build_cuda_arch_list"):
+    """'7.5;8.0 9.0+PTX' -> ['7.5', '8.0', '9.0+PTX'] (sorted, unique), or ArchListError (``arch_entries``;
+    an empty list is refused too)."""
+    entries = arch_entries(text, variable)
+    if not entries:
+        raise ArchListError("%s is empty: give compute capabilities such as '7.5;8.0;9.0+PTX' "
+                            "or 'auto'" % variable)
+    seen = {}
+    for entry in entries:
+        base = entry["text"].replace("+PTX", "")
         # '9.0' and '9.0+PTX' together mean '9.0+PTX'.
-        seen[base] = seen.get(base, False) or token.endswith("+PTX")
+        seen[base] = seen.get(base, False) or entry["ptx"]
     return [b + ("+PTX" if ptx else "") for b, ptx in sorted(seen.items(), key=lambda kv: _key(kv[0]))]
 
 
@@ -74,12 +90,13 @@ def arch_for_name(name):
 
 
 def parse_nvidia_smi(output):
-    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` (or name only) ->
-    [{'name':..., 'compute_cap': '9.0' or None}]."""
+    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` (or name only; a header line is
+    skipped) -> [{'index': 0, 'name':..., 'compute_cap': '9.0' or None}], numbered in nvidia-smi's order;
+    a driver too old to answer compute_cap gets it from the name (NAME_TO_ARCH)."""
     gpus = []
     for line in (output or "").splitlines():
         line = line.strip()
-        if not line:
+        if not line or line.lower().startswith("name"):
             continue
         parts = [p.strip() for p in line.split(",")]
         if len(parts) >= 2 and re.fullmatch(r"\d+\.\d+", parts[-1]):
@@ -88,7 +105,7 @@ def parse_nvidia_smi(output):
             name, cap = ", ".join(parts[:-1]), None
         else:  # a name-only query (drivers before R510)
             name, cap = line, None
-        gpus.append({"name": name, "compute_cap": cap or arch_for_name(name)})
+        gpus.append({"index": len(gpus), "name": name, "compute_cap": cap or arch_for_name(name)})
     return gpus
 
 

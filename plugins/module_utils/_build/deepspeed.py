@@ -47,8 +47,7 @@ def source_digest(root):
             if rel == os.path.join("deepspeed", "git_version_info_installed.py") or name.endswith(".pyc"):
                 continue
             digest.update(rel.encode() + b"\0")
-            with open(path, "rb") as handle:
-                digest.update(hashlib.sha256(handle.read()).digest())
+            digest.update(bytes.fromhex(_manifest.sha256_file(path)))
     return digest.hexdigest()
 
 

@@ -15,8 +15,9 @@ import os
 import re
 import tempfile
 
-# the one sha256 of a file, in the node-side preflight (shipped alone to the Slurm nodes)
-from ansible_collections.multinode.training.plugins.module_utils._node.preflight import sha256_file
+# The one sha256 of a file (hex) is the data-sync worker's: that file runs alone on the nodes, from its
+# source, so it keeps its own, and the module side takes it from there rather than hold a second one.
+from ansible_collections.multinode.training.plugins.module_utils._data.worker import sha256_file
 
 SCHEMA = 1
 SUFFIX = ".manifest.json"

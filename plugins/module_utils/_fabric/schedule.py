@@ -8,7 +8,7 @@ place a round. N nodes take N-1 rounds of N/2 pairs when N is even, N rounds of
 link is measured once in about N rounds instead of N^2 one-pair runs, and no node
 is in two measurements at the same time. Standard library only: under Slurm the
 batch host runs it beside slurm_node.py (as ``_fabric_schedule.py``); the probe
-(roles/train/files/fabric_probe.py) gets the rounds as ``--schedule``.
+(module_utils/_node/fabric_probe.py) gets the rounds as ``--schedule``.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fabric check's verdict: which node or link is slow, what the gate does, the node-by-node matrix.
 
-Input: the probe's result (roles/train/files/fabric_probe.py, ``fabric.json`` in the
+Input: the probe's result (module_utils/_node/fabric_probe.py, ``fabric.json`` in the
 probe job's directory)::
 
     {"nodes": [names in the play's order], "backend": "gloo", "device": "cpu",

@@ -35,7 +35,7 @@ from ansible_collections.multinode.training.plugins.module_utils._launch.slurm i
     resolve_nproc,
     srun_failures,
 )
-from ansible_collections.multinode.training.plugins.module_utils._node import env_probe, rankwrap, sampler
+from ansible_collections.multinode.training.plugins.module_utils._node import env_probe, fabric_probe, rankwrap, sampler
 from ansible_collections.multinode.training.plugins.module_utils._node import torchrun as _node_torchrun
 from ansible_collections.multinode.training.plugins.module_utils._node import preflight as _node_preflight
 from ansible_collections.multinode.training.plugins.module_utils._node.watchlib import live_samples, stream_lines, stream_pending
@@ -209,19 +209,27 @@ def start_guard(p, job_id, job_dir, heartbeat):
     ])
 
 
-def write_helpers(bin_dir):
-    """What slurm_node.py imports or runs beside it in ``bin_dir``, written from this module's own
+def helpers(fabric_probe_too):
+    """{file name: source} of what slurm_node.py imports or runs beside it, from this module's own
     module_utils, as the torchrun module writes its helpers into a job directory (one copy of each in the
     collection): the preflight (the ssh launcher's), the environment probe, torchrun's argv and environment,
-    the supervisor, the fabric verdict and schedule, the rank wrapper and the job report's sampler."""
-    helpers = {"_torchrun.py": inspect.getsource(_node_torchrun), "env_probe.py": inspect.getsource(env_probe),
+    the supervisor, the fabric verdict and schedule, the rank wrapper and the job report's sampler; the
+    fabric check's probe only when the check runs."""
+    sources = {"_torchrun.py": inspect.getsource(_node_torchrun), "env_probe.py": inspect.getsource(env_probe),
                "_preflight.py": inspect.getsource(_node_preflight),
                "_fabric_verdict.py": inspect.getsource(_fabric_verdict),
                "_fabric_schedule.py": inspect.getsource(_fabric_schedule),
                "supervisor.py": supervisor_source(),
                # every rank runs under the rank wrapper, which loads the sampler beside it (the job report)
                RANK_WRAPPER: inspect.getsource(rankwrap), SAMPLER: inspect.getsource(sampler)}
-    for name, source in helpers.items():
+    if fabric_probe_too:
+        sources["fabric_probe.py"] = inspect.getsource(fabric_probe)
+    return sources
+
+
+def write_helpers(bin_dir, fabric_probe_too):
+    """Every file of ``helpers`` into ``bin_dir``."""
+    for name, source in helpers(fabric_probe_too).items():
         write_file(os.path.join(bin_dir, name), source)
 
 
@@ -235,10 +243,9 @@ def submit(module):
     result = dict(changed=True, script=script, partition=partition, nproc_per_node=nproc)
     if module.check_mode:
         module.exit_json(**result)
-    for path in ("slurm_node.py",) + (("fabric_probe.py",) if p["fabric_check"] != "off" else ()):
-        if not os.path.isfile(os.path.join(p["bin_dir"], path)):
-            module.fail_json(msg="bin_dir %s lacks %s (the train role copies it)" % (p["bin_dir"], path))
-    write_helpers(p["bin_dir"])
+    if not os.path.isfile(os.path.join(p["bin_dir"], "slurm_node.py")):
+        module.fail_json(msg="bin_dir %s lacks slurm_node.py (the train role copies it)" % p["bin_dir"])
+    write_helpers(p["bin_dir"], p["fabric_check"] != "off")
     pending = os.path.join(p["job_base"], ".submit")
     if not os.path.isdir(pending):
         os.makedirs(pending)

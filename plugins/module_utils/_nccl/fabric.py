@@ -21,6 +21,7 @@ import fnmatch
 import re
 
 from ansible_collections.multinode.training.plugins.module_utils._nccl.sysfs import FabricError
+from ansible_collections.multinode.training.plugins.module_utils._node import fabric_probe
 
 FABRICS = ("auto", "ib", "roce", "socket")
 GID_INDEX_MODES = ("auto", "always", "never")
@@ -59,21 +60,16 @@ def describe_devices(detected):
     return ", ".join(parts)
 
 
-def _hca_tokens(value):
-    """NCCL_IB_HCA syntax: optional '^' (exclude) and '=' (exact), then comma list of dev[:port]."""
-    text = str(value)
-    text = text[1:] if text.startswith("^") else text
-    text = text[1:] if text.startswith("=") else text
-    return [token.strip() for token in text.split(",") if token.strip()]
-
-
 def _validate_override_hca(value, detected, node):
+    """FabricError unless every entry of NCCL_IB_HCA ``value`` names a device (and port) of the node, read
+    as the fabric probe reads it (_node/fabric_probe.parse_hca)."""
     known = {d["name"]: {p["port"] for p in d["ports"]} for d in detected["devices"]}
-    exact = str(value).lstrip("^").startswith("=")
-    for token in _hca_tokens(value):
-        name, _sep, port = token.partition(":")
-        names = [n for n in known if (n == name if exact else n.startswith(name))]
-        if not names or (port and not any(port.isdigit() and int(port) in known[n] for n in names)):
+    _exclude, exact, entries = fabric_probe.parse_hca(value)
+    for entry in entries:
+        names = [n for n in known if fabric_probe.hca_names(entry, exact, n)]
+        if not names or (entry[1] and not any(fabric_probe.hca_names(entry, exact, n, p)
+                                              for n in names for p in known[n])):
+            token = entry[0] + (":" + entry[1] if entry[1] else "")
             raise FabricError("%s: NCCL_IB_HCA override %r names %r, which does not exist on this node; "
                               "it has: %s" % (node, value, token, describe_devices(detected)))
 

@@ -12,6 +12,9 @@ from __future__ import annotations
 import os
 import re
 
+# A port's rate is read as the fabric check's probe reads it on the nodes.
+from ansible_collections.multinode.training.plugins.module_utils._node.fabric_probe import parse_rate
+
 IPV4_MAPPED_PREFIX = "0000:0000:0000:0000:0000:ffff:"
 ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
@@ -45,12 +48,6 @@ def _parse_state(text):
     if not text:
         return "UNKNOWN"
     return text.split(":", 1)[-1].strip()
-
-
-def parse_rate(text):
-    """'400 Gb/sec (4X NDR)' -> 400.0; unparsable -> None."""
-    match = re.match(r"\s*([\d.]+)\s*Gb/sec", text or "")
-    return float(match.group(1)) if match else None
 
 
 def gid_ipv4(gid):

@@ -49,7 +49,8 @@ OFFLOAD_DEVICES = ("cpu", "nvme")
 
 
 def sha256_file(path):
-    """sha256 of a file's content, read in 1 MiB blocks."""
+    """sha256 of a file's content, read in 1 MiB blocks. Written again (the module side takes _data/worker.py's):
+    this file and the data worker each run alone on the nodes, from their source."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -233,7 +234,9 @@ def config_ops_problems(text, path, node, node_ops, allow_jit=False, label=None)
 
 # ------------------------------------------------------------------ the package sets
 
-def _canonical(name):
+def canonicalize_name(name):
+    """PEP 503's normalized project name ('Foo_Bar.baz' -> 'foo-bar-baz'), as packaging.utils has it: the one
+    rule of the collection (_wheel.package_set hands it to requirements, sdist, seed and space)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -242,7 +245,7 @@ def parse_set(specs):
     out = {}
     for spec in specs:
         name, _sep, version = str(spec).partition("==")
-        out[_canonical(name.strip())] = version.strip()
+        out[canonicalize_name(name.strip())] = version.strip()
     return out
 
 

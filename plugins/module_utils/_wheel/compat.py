@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import json
 
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 from ansible_collections.multinode.training.plugins.module_utils._build.cpu_isa import cpuinfo_flags
 from ansible_collections.multinode.training.plugins.module_utils._wheel.driver import driver_problems, smi_problems
-from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_problems, parse_arch_list
+from ansible_collections.multinode.training.plugins.module_utils._wheel.gpu import gpu_problems
 from ansible_collections.multinode.training.plugins.module_utils._wheel.tags import wheel_tag_problems
 
 
@@ -161,7 +162,7 @@ def manifest_problems(manifest, where):
     problems = _manifest.problems(manifest, where)
     if not problems and manifest.get("accelerator") == "cuda":
         try:
-            parse_arch_list((manifest.get("cuda") or {}).get("arch_list"))
+            cuda_arch.arch_entries((manifest.get("cuda") or {}).get("arch_list"), "cuda.arch_list")
         except ValueError as exc:
             problems.append("manifest %s: %s" % (where, exc))
     return problems

@@ -1,59 +1,15 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Do the wheel's CUDA kernels cover a node's GPUs? Arch lists, nvidia-smi, per-op fatbin coverage.
+"""Do the wheel's CUDA kernels cover a node's GPUs? Arch lists, per-op fatbin coverage.
 
-Pure functions on the manifest's ``cuda`` entries and the GPUs a node reported; a problem refuses the
-node, a note (PTX JIT at first use) is a warning.
+Pure functions on the manifest's ``cuda`` entries and the GPUs a node reported (_build/cuda_arch.py reads
+the arch list and nvidia-smi, for the build and here alike); a problem refuses the node, a note (PTX JIT at
+first use) is a warning.
 """
 from __future__ import annotations
 
-import re
-
 from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
 from ansible_collections.multinode.training.plugins.module_utils._build import fatbin
-
-# TORCH_CUDA_ARCH_LIST also accepts architecture names (torch.utils.cpp_extension).
-ARCH_NAMES = {
-    "kepler": ["3.5+PTX"],
-    "maxwell": ["5.0;5.2+PTX"],
-    "pascal": ["6.0;6.1+PTX"],
-    "volta": ["7.0+PTX"],
-    "turing": ["7.5+PTX"],
-    "ampere": ["8.0;8.6+PTX"],
-    "ada": ["8.9+PTX"],
-    "hopper": ["9.0+PTX"],
-    "blackwell": ["10.0;12.0+PTX"],
-}
-
-
-def parse_arch_list(arch_list):
-    """TORCH_CUDA_ARCH_LIST -> list of dicts {arch: (major, minor), suffix, ptx, text}.
-
-    Entries are separated by ';', ',' or spaces; '+PTX' also embeds PTX (a
-    'compute_XY' entry is PTX only, 'sm_XY' SASS only); a suffix
-    'a' (sm_90a) runs only on that exact architecture, 'f' (family, CUDA 12.9+)
-    on the same major with minor >= the entry's.
-    """
-    entries = []
-    for raw in re.split(r"[;,\s]+", (arch_list or "").strip()):
-        if not raw:
-            continue
-        if raw.lower() in ARCH_NAMES:
-            entries.extend(parse_arch_list(";".join(ARCH_NAMES[raw.lower()])))
-            continue
-        text = raw
-        ptx = raw.upper().endswith("+PTX")
-        if ptx:
-            raw = raw[:-4]
-        match = re.match(r"^(?:sm_|compute_)?(\d+)\.?(\d)([af]?)$", raw.strip())
-        if not match:
-            raise ValueError("unrecognised TORCH_CUDA_ARCH_LIST entry %r in %r" % (text, arch_list))
-        # '8.6', 'sm_86', '86', '10.0', '9.0a', '10.0f': the last digit is the minor
-        major, minor, suffix = int(match.group(1)), int(match.group(2)), match.group(3)
-        ptx_only = raw.startswith("compute_")
-        entries.append({"arch": (major, minor), "suffix": suffix, "ptx": ptx or ptx_only, "sass": not ptx_only,
-                        "text": text})
-    return entries
 
 
 def parse_compute_cap(text):
@@ -63,7 +19,7 @@ def parse_compute_cap(text):
 
 
 def arch_covers(entries, cap):
-    """The arch-list entry whose code runs on a device of compute capability `cap`, or None.
+    """The arch-list entry (cuda_arch.arch_entries) whose code runs on a device of compute capability `cap`, or None.
 
     CUDA binary compatibility: a cubin for sm_XY runs on devices of the same major X
     with minor >= Y (sm_XYa: exactly XY); PTX for compute_XY is JIT-compiled by the
@@ -71,9 +27,7 @@ def arch_covers(entries, cap):
     """
     for entry in entries:
         arch = entry["arch"]
-        if not entry.get("sass", True):
-            sass = False
-        elif entry["suffix"] == "a":
+        if entry["suffix"] == "a":
             sass = cap == arch
         else:
             sass = cap[0] == arch[0] and cap[1] >= arch[1]
@@ -83,15 +37,6 @@ def arch_covers(entries, cap):
         if entry["ptx"] and cap >= entry["arch"]:
             return entry["text"] + " (PTX JIT)"
     return None
-
-
-def parse_nvidia_smi(text):
-    """`nvidia-smi --query-gpu=name,compute_cap --format=csv,noheader` -> [{index, name, compute_cap}].
-
-    The build's parser (old drivers' name-only output resolved through its name table), numbered.
-    """
-    lines = [line for line in (text or "").splitlines() if not line.strip().lower().startswith("name")]
-    return [dict(gpu, index=i) for i, gpu in enumerate(cuda_arch.parse_nvidia_smi("\n".join(lines)))]
 
 
 def _gpu_groups(gpus):
@@ -141,7 +86,7 @@ def gpu_findings(manifest, gpus, node):
         return [], ["%s: no NVIDIA GPU (nvidia-smi absent or lists none): the GPU check of cuda wheel %s "
                     "(arch list %r) is skipped; its CUDA ops need a GPU to run" % (node, wheel, arch_list)]
     gpu_ops = [op for op in manifest.get("ops") or [] if op.get("cuda")]
-    entries = None if gpu_ops else parse_arch_list(arch_list)
+    entries = None if gpu_ops else cuda_arch.arch_entries(arch_list, "cuda.arch_list")
     problems, notes = [], []
     for label, gpu in _gpu_groups(gpus):
         try:

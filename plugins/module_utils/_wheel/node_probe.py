@@ -317,7 +317,6 @@ def run_module(module):
     if gpus:
         driver, driver_commands, smi_error = query_driver(module.run_command, smi)
         commands.extend(driver_commands)
-    gpus = [dict(gpu, index=i) for i, gpu in enumerate(gpus)]
     try:
         with open(params["cpuinfo_path"], encoding="utf-8", errors="replace") as handle:
             cpuinfo = handle.read()

@@ -11,19 +11,15 @@ import hashlib
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils._node.preflight import parse_set
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import canonicalize_name, parse_set
 from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
 
 try:
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
     from packaging.version import InvalidVersion, Version
     HAS_PACKAGING = True
 except ImportError:  # pragma: no cover - packaging ships with ansible-core
     HAS_PACKAGING = False
-
-    def canonicalize_name(name):
-        return re.sub(r"[-_.]+", "-", name).lower()
 
 LOCK_HEADER = "# multinode.training requirements lock"
 # pip's line for a requirement it found nothing to install for (a binary-only resolution: no wheel).
@@ -31,6 +27,7 @@ NO_DISTRIBUTION_RE = re.compile(r"^ERROR: No matching distribution found for (\S
 # pip's include of a requirements file, as an item of a requirements list: -r <path> (also -r<path>,
 # --requirement <path>, --requirement=<path>); every other item is one PEP 508 requirement.
 INCLUDE_RE = re.compile(r"^(?:-r\s*|--requirement(?:=|\s+))(?P<path>\S(?:.*\S)?)\s*$")
+# a wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
 _WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
 
 

@@ -27,6 +27,7 @@ import io
 import os
 import shutil
 
+from ansible_collections.multinode.training.plugins.module_utils._data.worker import sha256_file
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._wheel import requirements as reqs
 
@@ -68,21 +69,18 @@ def _pyvenv(venv):
 
 
 def _record_field(digest):
-    """RECORD's hash field for a finished sha256 ``digest``."""
-    return "sha256=" + base64.urlsafe_b64encode(digest.digest()).rstrip(b"=").decode()
+    """RECORD's hash field for a sha256 ``digest`` (bytes)."""
+    return "sha256=" + base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
 def record_hash(data):
     """RECORD's hash field for ``data``."""
-    return _record_field(hashlib.sha256(data))
+    return _record_field(hashlib.sha256(data).digest())
 
 
 def _file_hash(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return _record_field(digest)
+    """RECORD's hash field for the file at ``path``."""
+    return _record_field(bytes.fromhex(sha256_file(path)))
 
 
 def _dist_name_version(dist_info):

@@ -13,14 +13,11 @@ bytes, before the wheelhouse (about 2.4 GB with a CUDA torch) is sent to any nod
 from __future__ import annotations
 
 import os
-import re
 import zipfile
 
 from ansible_collections.multinode.training.plugins.module_utils._data.sync import human
-
-# a wheel's file name: {name}-{version}(-{build})?-{python}-{abi}-{platform}.whl (PEP 427)
-WHEEL_RE = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)(-\d[^-]*)?-[^-]+-[^-]+-[^-]+\.whl$")
-
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import canonicalize_name
+from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import wheel_name_version
 
 # pip compiles every .py it installs: the .pyc files take about 1.4 times the sources' bytes (measured in
 # the release venv of torch 2.13.0+cpu and DeepSpeed 0.19.8 with its wheelhouse: 106 MiB of .py, 150 MiB
@@ -42,15 +39,10 @@ def unpacked_size(path):
     return sum(info.file_size for info in members) + int(sources * PYC_RATIO)
 
 
-def canonical(name):
-    """PEP 503's normalized project name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def wheel_package(filename):
-    """(normalized name, version) from a wheel's file name, None for another file."""
-    match = WHEEL_RE.match(os.path.basename(filename))
-    return (canonical(match.group("name")), match.group("version")) if match else None
+    """(normalized name, version) from a wheel's path (its file name: requirements.wheel_name_version), None for
+    another file."""
+    return wheel_name_version(os.path.basename(filename))
 
 
 def installed_set(packages):
@@ -58,7 +50,7 @@ def installed_set(packages):
     out = set()
     for entry in packages or []:
         name, _sep, version = entry.partition("==")
-        out.add((canonical(name), version))
+        out.add((canonicalize_name(name), version))
     return out
 
 

@@ -41,7 +41,7 @@ def test_empty_list_refused():
 
 def test_auto_from_recorded_h100_node():
     gpus = a.parse_nvidia_smi(smi("h100x8.csv"))
-    assert len(gpus) == 8 and gpus[0] == {"name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}
+    assert len(gpus) == 8 and gpus[0] == {"index": 0, "name": "NVIDIA H100 80GB HBM3", "compute_cap": "9.0"}
     assert a.auto_arch_list(gpus) == ["9.0+PTX"]
 
 

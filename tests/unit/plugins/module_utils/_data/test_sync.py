@@ -290,3 +290,26 @@ def test_nothing_waits_for_ever_when_the_controller_is_gone(src, tmp_path):
     assert workers["n2"].status["error"] == ("the controller stopped following this node's transfer (no poll for "
                                              "1s: ansible-playbook ended?)")
     assert workers["n1"].status["error"] == "the controller's copy did not arrive within 3s"
+
+
+def test_one_sha256_of_a_file_serves_the_worker_the_build_and_the_seed(tmp_path):
+    """worker.sha256_file is the collection's one sha256 of a file (the worker runs alone on the nodes, from
+    its source, so the module side takes it from there): the manifest's wheel_sha256, the seed's RECORD check
+    and the build's source digest all read a file through it, across its 1 MiB blocks."""
+    from ansible_collections.multinode.training.plugins.module_utils._build import deepspeed, manifest
+    from ansible_collections.multinode.training.plugins.module_utils._wheel import seed
+
+    small, large = tmp_path / "abc", tmp_path / "tree" / "large.bin"
+    small.write_bytes(b"abc")
+    large.parent.mkdir()
+    data = b"\x00\x01" * (wk.CHUNK + 7) + b"tail"
+    large.write_bytes(data)
+    progress = []
+    assert wk.sha256_file(str(small)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert wk.sha256_file(str(large), progress.append) == hashlib.sha256(data).hexdigest()
+    assert progress == [wk.CHUNK, wk.CHUNK, len(data) - 2 * wk.CHUNK]
+    assert manifest.sha256_file is wk.sha256_file
+    assert seed._file_hash(str(small)) == "sha256=ungWv48Bz-pBQUDeXa4iI7ADYaOWF3qctBD_YfIAFa0"
+    assert seed._file_hash(str(large)) == seed.record_hash(data)
+    tree = hashlib.sha256(b"large.bin\0" + hashlib.sha256(data).digest()).hexdigest()
+    assert deepspeed.source_digest(str(large.parent)) == tree

@@ -282,7 +282,7 @@ def _helper_dir(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     shutil.copy(str(ROOT / "roles" / "train" / "files" / "slurm_node.py"), str(bin_dir))
-    write_helpers(str(bin_dir))
+    write_helpers(str(bin_dir), True)
     return bin_dir
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._nccl.fabric import (
     FabricError,
+    apply_overrides,
     launcher_env,
     odd_nodes,
     parse_version,
@@ -18,6 +19,7 @@ from ansible_collections.multinode.training.plugins.module_utils._nccl.sysfs imp
     read_gpu_state,
     read_sysfs,
 )
+from ansible_collections.multinode.training.plugins.module_utils._node import fabric_probe
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[4] / "fixtures"
 SYSFS = FIXTURES / "sysfs"
@@ -251,6 +253,52 @@ def test_hca_override_naming_missing_device_fails(value, token):
     assert "mlx5_0:1 (InfiniBand, ACTIVE, 400 Gb/sec (4X NDR))" in message
 
 
+def one_port_node(device, port):
+    """What read_sysfs gives for a node with one ACTIVE InfiniBand port."""
+    return {"root": "/sys", "has_infiniband_class": True, "netdevs": ["eth0"], "devices": [{
+        "name": device, "netdevs": [], "ports": [{
+            "name": "%s:%d" % (device, port), "device": device, "port": port, "link_layer": "InfiniBand",
+            "state": "ACTIVE", "phys_state": "LinkUp", "rate": "400 Gb/sec (4X NDR)", "netdev": "", "gids": [],
+            "kind": "ib"}]}]}
+
+
+# One entry of NCCL_IB_HCA, a node's one port, and whether the entry names that port (NCCL's reading).
+HCA_CASES = [
+    ("mlx5_1", "mlx5_10", 1, True),      # a prefix without '='
+    ("=mlx5_1", "mlx5_10", 1, False),    # '=': whole names
+    ("=mlx5_1", "mlx5_1", 1, True),
+    ("mlx5", "mlx5_8", 1, True),
+    ("=mlx5", "mlx5_8", 1, False),
+    ("mlx5_0:1", "mlx5_0", 1, True),     # a port named
+    ("mlx5_0:2", "mlx5_0", 1, False),
+    ("=mlx5_0:1", "mlx5_0", 1, True),
+    ("mlx5_0:01", "mlx5_0", 1, True),    # the port by its number
+    ("mlx5_0:x", "mlx5_0", 1, False),
+    (" mlx5_0 ,", "mlx5_0", 1, True),    # blanks and an empty entry
+    ("mlx4_0", "mlx5_0", 1, False),
+    ("^mlx5_0", "mlx5_0", 1, True),      # '^' excludes what it names
+    ("^=mlx5_1", "mlx5_10", 1, False),
+    ("^=mlx5_1:1", "mlx5_1", 1, True),
+    ("^mlx5_0:2", "mlx5_0", 1, False),
+]
+
+
+@pytest.mark.parametrize("spec, device, port, names_it", HCA_CASES)
+def test_the_probe_and_the_override_check_read_nccl_ib_hca_alike(spec, device, port, names_it):
+    """The one grammar (_node/fabric_probe.parse_hca) in its two uses: the probe lets NCCL use the port when
+    the entry names it (or, after '^', when it does not), and nccl_fabric accepts the override on a node
+    with that one port exactly when the entry names it."""
+    exclude = spec.startswith("^")
+    assert fabric_probe.hca_allows(spec, device, str(port)) is (names_it != exclude)
+    try:
+        settings = apply_overrides({}, {"NCCL_IB_HCA": spec}, one_port_node(device, port), "n1")
+    except FabricError as exc:
+        assert not names_it, exc
+        assert "NCCL_IB_HCA override %r names" % spec in str(exc)
+    else:
+        assert names_it and settings == {"NCCL_IB_HCA": spec}
+
+
 def test_socket_ifname_override_naming_missing_interface_fails():
     with pytest.raises(FabricError, match=r"node7: NCCL_SOCKET_IFNAME override '=ens9' .* it has: eth0, eth1, lo"):
         plan(detect("eth_only"), cluster_interface="eth0", node="node7", overrides={"NCCL_SOCKET_IFNAME": "=ens9"})
@@ -288,6 +336,8 @@ def test_parse_version(text, version):
 
 @pytest.mark.parametrize("text, rate", [("400 Gb/sec (4X NDR)", 400.0), ("2.5 Gb/sec (1X SDR)", 2.5), ("", None)])
 def test_parse_rate(text, rate):
+    """One reading of a port's rate: the nodes' fabric probe and nccl_fabric's sysfs reading."""
+    assert parse_rate is fabric_probe.parse_rate
     assert parse_rate(text) == rate
 
 

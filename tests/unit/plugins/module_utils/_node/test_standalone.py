@@ -1,6 +1,10 @@
 """Every file of plugins/module_utils/_node/ is shipped to the nodes as source and run there by the
 node's python (the job's venv, or the system's): it may import the standard library and its _node/
-siblings (side by side on the node), nothing else - not Ansible, not the rest of the collection."""
+siblings (side by side on the node), nothing else - not Ansible, not the rest of the collection.
+
+A script that only the job's python runs under torchrun (JOB_SCRIPTS: the fabric check's probe) also
+imports torch, inside a function only: importing the file (the module side reads its pure functions)
+still needs the standard library alone."""
 
 import ast
 import os
@@ -12,6 +16,8 @@ from ansible_collections.multinode.training.plugins.module_utils._node import wa
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import jobdir
 
 NODE_DIR = os.path.dirname(os.path.abspath(watch.__file__))
+# file -> the packages of the job's python it may import inside a function
+JOB_SCRIPTS = {"fabric_probe.py": {"torch"}}
 
 
 def imported(node, siblings):
@@ -30,7 +36,8 @@ def imported(node, siblings):
 
 def foreign_imports(folder):
     """``[(file, line, module)]``: the imports of ``folder``'s .py files that are neither the standard
-    library nor a sibling file of ``folder`` (at any depth: inside functions too)."""
+    library nor a sibling file of ``folder`` (at any depth: inside functions too), nor, inside a function
+    of a JOB_SCRIPTS file, one of its packages."""
     siblings = {name[:-3] for name in os.listdir(folder) if name.endswith(".py")}
     found = []
     for name in sorted(os.listdir(folder)):
@@ -38,12 +45,16 @@ def foreign_imports(folder):
             continue
         with open(os.path.join(folder, name)) as handle:
             tree = ast.parse(handle.read(), name)
+        in_functions = {id(inner) for function in ast.walk(tree)
+                        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                        for inner in ast.walk(function)}
         for node in ast.walk(tree):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for module in imported(node, siblings):
                 top = module.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in siblings:
+                job_python = id(node) in in_functions and top in JOB_SCRIPTS.get(name, ())
+                if top not in sys.stdlib_module_names and top not in siblings and not job_python:
                     found.append((name, node.lineno, module))
     return found
 
@@ -61,10 +72,14 @@ def test_a_planted_import_is_found(tmp_path):
         handle.write("\n\ndef later():\n    from ansible.module_utils.basic import AnsibleModule\n    return AnsibleModule\n")
     (copy / "extra.py").write_text("import yaml\nfrom .. import _torchrun\nfrom . import nothere\nfrom .nothere import x\n"
                                    "import supervisor\nfrom . import watch\nfrom .watchlib import read_bytes\nimport json\n")
+    # torch: only the probe, only inside a function
+    with open(str(copy / "fabric_probe.py"), "a") as handle:
+        handle.write("\nimport torch.distributed\n")
+    (copy / "other.py").write_text("def run():\n    import torch\n    return torch\n")
     found = foreign_imports(str(copy))
     assert [(name, module) for name, _line, module in found] == [
         ("extra.py", "yaml"), ("extra.py", ".."), ("extra.py", "."), ("extra.py", ".nothere"),
-        ("watch.py", "ansible.module_utils.basic")]
+        ("fabric_probe.py", "torch.distributed"), ("other.py", "torch"), ("watch.py", "ansible.module_utils.basic")]
 
 
 def test_the_job_directory_runs_alone(tmp_path):

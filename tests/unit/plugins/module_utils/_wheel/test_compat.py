@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
 from ansible_collections.multinode.training.plugins.module_utils._wheel import compat
 from ansible_collections.multinode.training.plugins.module_utils._wheel import gpu
 from ansible_collections.multinode.training.plugins.module_utils._wheel import node_probe
@@ -100,21 +101,43 @@ def test_wheel_tag_problems(wheel, python, expected):
     ("9.0a", (9, 0), "9.0a (SASS)"),
     ("9.0a", (9, 1), None),                       # arch-specific: exact only
     ("10.0f", (10, 3), "10.0f (SASS)"),           # family: same major
-    ("sm_86,compute_90", (8, 9), "sm_86 (SASS)"),
-    ("Ampere", (8, 6), "8.0 (SASS)"),            # 8.0 SASS runs on 8.6
-    ("Ampere", (8, 7), "8.0 (SASS)"),
-    ("sm_86,compute_90", (9, 0), "compute_90 (PTX JIT)"),  # compute_XY is PTX only
-    ("compute_90", (10, 0), "compute_90 (PTX JIT)"),
-    ("Ampere", (9, 0), "8.6+PTX (PTX JIT)"),
+    ("8.0 9.0+PTX;", (9, 0), "9.0+PTX (SASS)"),
     ("", (9, 0), None),
 ])
 def test_arch_covers(arch_list, cap, covered_by):
-    assert gpu.arch_covers(gpu.parse_arch_list(arch_list), cap) == covered_by
+    assert gpu.arch_covers(cuda_arch.arch_entries(arch_list, "cuda.arch_list"), cap) == covered_by
 
 
-def test_parse_arch_list_rejects_garbage():
-    with pytest.raises(ValueError, match="unrecognised"):
-        gpu.parse_arch_list("8.0;sm_banana")
+@pytest.mark.parametrize("text, parsed, bad", [
+    ("9.0+PTX;7.5;8.0", ["7.5", "8.0", "9.0+PTX"], None),
+    ("8.0 8.6  9.0", ["8.0", "8.6", "9.0"], None),
+    ("9.0;9.0+PTX", ["9.0+PTX"], None),
+    ("9.0a;10.0f;12.0", ["9.0a", "10.0f", "12.0"], None),
+    ("8.0;sm_banana", None, "'sm_banana' is"),
+    ("sm_86;compute_90", None, "'sm_86', 'compute_90' are"),   # nvcc's names: torch takes neither
+    ("8.0,9.0", None, "'8.0,9.0' is"),                         # nor a comma
+    ("Ampere", None, "'Ampere' is"),
+    ("86", None, "'86' is"),
+    ("9.0+ptx", None, "'9.0+ptx' is"),
+])
+def test_the_build_and_the_wheel_check_read_an_arch_list_alike(text, parsed, bad):
+    """One reading (_build/cuda_arch.arch_entries): the list the build accepts (and writes into the manifest) is
+    the list the wheel's check accepts, entry for entry; each refusal names its own variable and the same
+    tokens."""
+    m = manifest("manifest-cuda-80-90ptx.json")
+    m["cuda"]["arch_list"] = text
+    if bad is None:
+        assert cuda_arch.parse_arch_list(text) == parsed
+        assert sorted({e["text"].replace("+PTX", "") for e in cuda_arch.arch_entries(text, "cuda.arch_list")}) == \
+            sorted(p.replace("+PTX", "") for p in parsed)
+        assert compat.manifest_problems(m, "m.json") == []
+        return
+    with pytest.raises(cuda_arch.ArchListError) as err:
+        cuda_arch.parse_arch_list(text)
+    assert str(err.value).startswith("deepspeed_build_cuda_arch_list=%r: %s not a compute capability" % (text, bad))
+    assert compat.manifest_problems(m, "m.json") == [
+        "manifest m.json: cuda.arch_list=%r: %s not a compute capability; valid tokens look like 7.5, 8.0, 9.0a, "
+        "9.0+PTX (separated by ';'), e.g. '7.5;8.0;9.0+PTX'" % (text, bad)]
 
 
 @pytest.mark.parametrize("name,expected", [
@@ -123,9 +146,10 @@ def test_parse_arch_list_rejects_garbage():
     ("nvidia-smi-mixed-v100-l4.txt", [("Tesla V100-SXM2-32GB", "7.0"), ("NVIDIA L4", "8.9")]),
 ])
 def test_parse_nvidia_smi(name, expected):
-    gpus = gpu.parse_nvidia_smi(fixture(name))
+    gpus = cuda_arch.parse_nvidia_smi(fixture(name))
     assert [(g["name"], g["compute_cap"]) for g in gpus] == expected
     assert [g["index"] for g in gpus] == list(range(len(expected)))
+    assert cuda_arch.parse_nvidia_smi("name, compute_cap\n" + fixture(name)) == gpus  # a header line is skipped
 
 
 @pytest.mark.parametrize("smi,bad_indexes", [
@@ -137,7 +161,7 @@ def test_parse_nvidia_smi(name, expected):
 ])
 def test_gpu_problems_cuda_manifest(smi, bad_indexes):
     m = manifest("manifest-cuda-80-90ptx.json")
-    problems = gpu.gpu_problems(m, gpu.parse_nvidia_smi(fixture(smi)), "gpu1")
+    problems = gpu.gpu_problems(m, cuda_arch.parse_nvidia_smi(fixture(smi)), "gpu1")
     assert len(problems) == len(bad_indexes)
     for problem, index in zip(problems, bad_indexes):
         assert problem.startswith("gpu1: ")
@@ -147,7 +171,7 @@ def test_gpu_problems_cuda_manifest(smi, bad_indexes):
 def test_gpu_problems_without_ptx_refuses_blackwell():
     m = manifest("manifest-cuda-80-90ptx.json")
     m["cuda"]["arch_list"] = "8.0;9.0"
-    problems = gpu.gpu_problems(m, gpu.parse_nvidia_smi(fixture("nvidia-smi-b200x2.txt")), "b")
+    problems = gpu.gpu_problems(m, cuda_arch.parse_nvidia_smi(fixture("nvidia-smi-b200x2.txt")), "b")
     # GPUs of one model are named together.
     assert len(problems) == 1 and "GPUs 0-1 (NVIDIA B200) have compute capability 10.0" in problems[0]
 
@@ -163,14 +187,14 @@ def test_gpu_check_skipped_with_a_note_on_gpuless_node():
 def test_a_cpu_wheel_is_refused_on_a_node_with_gpus():
     """A CPU build (from make demo, or accelerator auto on a controller without nvcc) on GPU nodes: the
     job would run, rc 0, with every GPU idle; refused naming node, GPUs, wheel and the fix."""
-    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
+    gpus = cuda_arch.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
     m = manifest()
     assert gpu.gpu_problems(m, gpus, "gpu1") == [
         "gpu1: 8 NVIDIA GPU(s) (NVIDIA H100 80GB HBM3) on this node, but wheel %s is a cpu build (torch %s), "
         "which would leave them idle; valid: a cuda wheel: build_deepspeed.yml with deepspeed_build_accelerator=cuda "
         "and a CUDA torch (auto picks cuda only where the build host has nvcc and a CUDA torch)"
         % (m["wheel"], m["torch"]["version"])]
-    mixed = gpu.gpu_problems(m, gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt")), "n")
+    mixed = gpu.gpu_problems(m, cuda_arch.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt")), "n")
     assert len(mixed) == 1 and "2 NVIDIA GPU(s) (NVIDIA L4, Tesla V100-SXM2-32GB)" in mixed[0]
 
 
@@ -325,11 +349,11 @@ def test_node_problems_reports_every_problem_of_a_node():
 
 def test_node_problems_cuda_manifest_gpu_node():
     m = manifest("manifest-cuda-80-90ptx.json")
-    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
+    gpus = cuda_arch.parse_nvidia_smi(fixture("nvidia-smi-h100x8.txt"))
     venv = {"path": "/v", "state": "directory", "torch": "2.8.0+cu128", "torch_cuda": "12.8"}
     assert compat.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus, cpuinfo="cpuinfo-avx2-haswell.txt"),
                                 "h100") == []
-    gpus = gpu.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
+    gpus = cuda_arch.parse_nvidia_smi(fixture("nvidia-smi-mixed-v100-l4.txt"))
     problems = compat.node_problems(m, node_facts(python=CP312, venv=venv, gpus=gpus), "mixed")
     assert len(problems) == 1 and "Tesla V100" in problems[0]
 
@@ -366,7 +390,8 @@ def test_manifest_problems_arch_list_of_a_cuda_build():
     assert compat.manifest_problems(m, "m.json") == []
     m["cuda"]["arch_list"] = "8.0;9.0+PTX;ampere-ish"
     assert compat.manifest_problems(m, "m.json") == [
-        "manifest m.json: unrecognised TORCH_CUDA_ARCH_LIST entry 'ampere-ish' in '8.0;9.0+PTX;ampere-ish'"]
+        "manifest m.json: cuda.arch_list='8.0;9.0+PTX;ampere-ish': 'ampere-ish' is not a compute capability; valid "
+        "tokens look like 7.5, 8.0, 9.0a, 9.0+PTX (separated by ';'), e.g. '7.5;8.0;9.0+PTX'"]
 
 
 def test_manifest_problems_missing_key():
@@ -509,7 +534,7 @@ def coverage_manifest(name):
 
 
 def gpus(name):
-    return gpu.parse_nvidia_smi(fixture(name))
+    return cuda_arch.parse_nvidia_smi(fixture(name))
 
 
 def test_recorded_cuda_manifests_hold_coverage():

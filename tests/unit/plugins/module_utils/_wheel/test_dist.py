@@ -79,7 +79,8 @@ def test_source_refuses_a_manifest_whose_arch_list_the_nodes_cannot_read(tmp_pat
     path = _wheel_dist.choose_manifest(str(d), "", "")
     with pytest.raises(_wheel_dist.DistError) as exc:
         _wheel_dist.source(str(d), path, "", str(d / "wheelhouse"), "")
-    assert str(exc.value) == ("manifest %s: unrecognised TORCH_CUDA_ARCH_LIST entry 'sm9' in '8.0;sm9' "
+    assert str(exc.value) == ("manifest %s: cuda.arch_list='8.0;sm9': 'sm9' is not a compute capability; valid "
+                              "tokens look like 7.5, 8.0, 9.0a, 9.0+PTX (separated by ';'), e.g. '7.5;8.0;9.0+PTX' "
                               "(see docs/manifest.md)" % path)
 
 

@@ -3,11 +3,12 @@ import json
 
 import pytest
 
-from ansible_collections.multinode.training.plugins.module_utils._wheel import compat, driver, gpu, node_probe
+from ansible_collections.multinode.training.plugins.module_utils._build import cuda_arch
+from ansible_collections.multinode.training.plugins.module_utils._wheel import compat, driver, node_probe
 from tests.unit.conftest import FIXTURES
 
 FIX = FIXTURES / "wheel_compat"
-H100 = gpu.parse_nvidia_smi((FIX / "nvidia-smi-h100x8.txt").read_text())
+H100 = cuda_arch.parse_nvidia_smi((FIX / "nvidia-smi-h100x8.txt").read_text())
 
 
 def cuda_manifest(torch="2.13.0+cu130", cuda="13.0"):

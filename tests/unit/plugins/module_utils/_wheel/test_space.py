@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import zipfile
 
+import pytest
+
 from ansible_collections.multinode.training.plugins.module_utils._wheel import dist as _wheel_dist
 from ansible_collections.multinode.training.plugins.module_utils._wheel import space
 
@@ -83,3 +85,25 @@ def test_needs_on_one_filesystem_add_up_and_name_paths_free_and_need():
 def test_the_filesystem_of_a_path_not_made_yet_is_its_nearest_existing_ancestors(tmp_path):
     device, free = space.filesystem(str(tmp_path / "a" / "b"))
     assert device == os.stat(str(tmp_path)).st_dev and free > 0
+
+
+@pytest.mark.parametrize("written, name", [
+    ("Foo_Bar", "foo-bar"), ("typing_extensions", "typing-extensions"), ("zope.interface", "zope-interface"),
+    ("A__b..c._d", "a-b-c-d"), ("Jinja2", "jinja2"), ("hf_xet", "hf-xet"),
+])
+def test_one_project_name_rule_for_the_lock_the_package_sets_and_the_space_check(written, name):
+    """PEP 503's rule is _node/preflight.canonicalize_name, read by the lock's requirements (and through
+    them sdist and seed), the package-set comparison and the space check's wheel and venv sets; it says what
+    packaging.utils.canonicalize_name says."""
+    from packaging.utils import canonicalize_name as packaging_rule
+
+    from ansible_collections.multinode.training.plugins.module_utils._node import preflight
+    from ansible_collections.multinode.training.plugins.module_utils._wheel import package_set
+    from ansible_collections.multinode.training.plugins.module_utils._wheel import requirements as reqs
+
+    assert preflight.canonicalize_name(written) == name == packaging_rule(written)
+    assert reqs.canonicalize_name is preflight.canonicalize_name
+    assert package_set.parse_set([written + "==1.0"]) == {name: "1.0"}
+    assert space.installed_set([written + "==1.0"]) == {(name, "1.0")}
+    wheel = "wheelhouse/%s-1.0-py3-none-any.whl" % written
+    assert space.wheel_package(wheel) == reqs.wheel_name_version(wheel.split("/")[-1]) == (name, "1.0")

@@ -1,4 +1,4 @@
-"""roles/train/files/fabric_probe.py on GPU nodes, without a GPU: the CUDA branch against fakes of torch and
+"""module_utils/_node/fabric_probe.py on GPU nodes, without a GPU: the CUDA branch against fakes of torch and
 torch.distributed that keep time the way a GPU does.
 
 A GPU runs what the host queued after the host has moved on: a kernel or an NCCL transfer is queued in
@@ -9,18 +9,13 @@ that reads the clock without a sync times the queuing, not the work, and its fig
 orders of magnitude, so these tests see a missing sync (tried: with ``_sync`` a no-op, every figure here
 is off). The probe itself runs for real, with gloo on CPU, in molecule (launch_diagnosis, launch_slurm).
 """
-import importlib.util
 import json
 import sys
 import types
 
 import pytest
 
-from tests.unit.conftest import ROOT
-
-_SPEC = importlib.util.spec_from_file_location("fabric_probe_cuda", ROOT / "roles" / "train" / "files" / "fabric_probe.py")
-fabric_probe = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(fabric_probe)
+from ansible_collections.multinode.training.plugins.module_utils._node import fabric_probe
 
 LAUNCH = 10e-6  # host seconds to queue one operation
 

@@ -1,4 +1,4 @@
-"""roles/train/files/fabric_probe.py: how the passes of the compute measure combine, the fast steps, the
+"""module_utils/_node/fabric_probe.py: how the passes of the compute measure combine, the fast steps, the
 line rate.
 
 The probe itself (torch.distributed, gloo) runs for real in molecule/launch_diagnosis/verify/fabric_gate.yml
@@ -6,17 +6,13 @@ and launch_slurm; here the rule that keeps each device's best pass, on figures o
 the 2-core test host (three equal nodes' matmuls sharing two cores: 22, 10.2 and 9.53 GFLOP/s in one pass),
 and the line rate read from recorded sysfs trees.
 """
-import importlib.util
 import shutil
 
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._fabric import schedule
+from ansible_collections.multinode.training.plugins.module_utils._node import fabric_probe
 from tests.unit.conftest import ROOT
-
-_SPEC = importlib.util.spec_from_file_location("fabric_probe", ROOT / "roles" / "train" / "files" / "fabric_probe.py")
-fabric_probe = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(fabric_probe)
 
 
 def test_first_pass_is_kept_as_is():

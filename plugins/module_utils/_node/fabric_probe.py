@@ -29,6 +29,11 @@ With torch.distributed (gloo on CPU nodes, nccl on GPU nodes, the same calls):
 Every rank gathers every node's figures and writes them, the same on every node,
 to ``fabric.json`` in its job directory ($MULTINODE_TRAINING_JOB_DIR), which the
 launch brings home; it also prints them as one line ``FABRIC {json}``.
+
+It reaches the nodes as source, as ``fabric_probe.py``: roles/train/tasks/fabric.yml writes its text
+(lookup multinode.training.node_source) for the ssh launcher, module slurm_job into the Slurm bin
+directory. Importing it needs the standard library only (``run`` imports torch, on the job's python), so
+that _nccl/fabric.py reads NCCL_IB_HCA with the same ``parse_hca``.
 """
 from __future__ import annotations
 
@@ -37,6 +42,7 @@ import json
 import os
 import re
 import socket
+import sys
 import time
 
 
@@ -215,21 +221,47 @@ def nccl_setting(name, env, conf="/etc/nccl.conf"):
     return None
 
 
+def parse_rate(text):
+    """A port's sysfs ``rate``: '400 Gb/sec (4X NDR)' -> 400.0; unparsable -> None. (_nccl/sysfs.py reads it
+    with this too.)"""
+    match = re.match(r"\s*([\d.]+)\s*Gb/sec", text or "")
+    return float(match.group(1)) if match else None
+
+
+def parse_hca(spec):
+    """NCCL_IB_HCA as NCCL reads it -> (exclude, exact, [(device, port)]): an optional '^' (NCCL uses every
+    port but those listed), then an optional '=' (names are whole device names, not prefixes), then a comma
+    list of dev[:port] (port '' when none is named). The one reading of the grammar: the probe's
+    ``hca_allows`` and the nccl_fabric module's check of an override (_nccl/fabric.py) both use it."""
+    text = str(spec or "")
+    exclude = text.startswith("^")
+    text = text[1:] if exclude else text
+    exact = text.startswith("=")
+    text = text[1:] if exact else text
+    entries = []
+    for entry in text.split(","):
+        name, _colon, port = entry.strip().partition(":")
+        if name or port:
+            entries.append((name, port))
+    return exclude, exact, entries
+
+
+def hca_names(entry, exact, device, port=None):
+    """Whether ``entry`` (device, port) of a parsed NCCL_IB_HCA names ``device`` and, unless ``port`` is None,
+    its port ``port``: the device by its whole name with '=' (``exact``), else by a prefix (``mlx5_1`` also
+    names ``mlx5_10``); the port by its number, every port when the entry names none."""
+    name, want = entry
+    if not (device == name if exact else device.startswith(name)):
+        return False
+    return port is None or not want or (want.isdigit() and str(port).isdigit() and int(want) == int(port))
+
+
 def hca_allows(spec, device, port):
-    """Whether NCCL_IB_HCA ``spec`` lets NCCL use ``device`` port ``port``: a comma list of dev[:port],
-    prefix matches unless it starts with '=' (after an optional '^', which excludes those listed)."""
+    """Whether NCCL_IB_HCA ``spec`` lets NCCL use ``device`` port ``port`` (``parse_hca``; unset: every port)."""
     if not spec:
         return True
-    exclude = spec.startswith("^")
-    spec = spec[1:] if exclude else spec
-    exact = spec.startswith("=")
-    spec = spec[1:] if exact else spec
-    listed = False
-    for entry in filter(None, (e.strip() for e in spec.split(","))):
-        name, _colon, want = entry.partition(":")
-        if (device == name if exact else device.startswith(name)) and (not want or want == str(port)):
-            listed = True
-    return listed != exclude
+    exclude, exact, entries = parse_hca(spec)
+    return any(hca_names(entry, exact, device, port) for entry in entries) != exclude
 
 
 def default_iface(proc="/proc"):
@@ -256,11 +288,11 @@ def line_rate(iface, cuda, env, sys_root="/sys", proc="/proc", conf="/etc/nccl.c
         for device in _read(ib) or []:
             for port in _read(os.path.join(ib, device, "ports")) or []:
                 base = os.path.join(ib, device, "ports", port)
-                match = re.match(r"\s*([\d.]+)\s*Gb/sec", _read(os.path.join(base, "rate")) or "")
-                if (_read(os.path.join(base, "state")) or "").endswith("ACTIVE") and match \
+                rate = parse_rate(_read(os.path.join(base, "rate")))
+                if (_read(os.path.join(base, "state")) or "").endswith("ACTIVE") and rate is not None \
                         and hca_allows(hca, device, port):
                     layer = _read(os.path.join(base, "link_layer")) or "InfiniBand"
-                    ports.append((float(match.group(1)), "%s:%s (%s)" % (device, port, layer)))
+                    ports.append((rate, "%s:%s (%s)" % (device, port, layer)))
         if ports:
             gbps, via = min(ports)
             return {"transport": "rdma", "via": via, "gbps": gbps}
@@ -340,7 +372,8 @@ def main(argv=None):
     if job_dir:
         with open(os.path.join(job_dir, "fabric.json"), "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=1, sort_keys=True)
-    print("FABRIC " + json.dumps(result, sort_keys=True), flush=True)
+    sys.stdout.write("FABRIC " + json.dumps(result, sort_keys=True) + "\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":
