@@ -1,13 +1,14 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The job's firewall guard (O(firewall_allow), role variable train_firewall): the ports it guards, its nftables
-table made at the start, kept alive by a root keeper process while the job runs, and deleted at the end."""
+table made at the start, kept alive by a root keeper process while the job runs, and deleted at the end. The nft
+calls are job.py's (the module runs them); here: what they are given and what their answers mean."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.errors import JobError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import spawn, supervisor_source
 from ansible_collections.multinode.training.plugins.module_utils._train.security import (
     SecurityError,
@@ -53,30 +54,28 @@ def keeper_argv(python, nft, pid, result_file, ttl, refresh, delete):
             delete]
 
 
-def firewall_tool(module, host, result):
-    """With O(firewall_allow): the nft binary (it needs root) -> its path; None without O(firewall_allow)."""
-    if not module.params["firewall_allow"]:
-        return None
-    nft = module.get_bin_path("nft")
-    if not nft or os.geteuid() != 0:
-        module.fail_json(msg="firewall_allow (train_firewall) on %s: needs nft (package nftables) and root; "
-                             "found nft=%s, uid %d" % (host, nft, os.geteuid()), **result)
+def usable_nft(nft, host, euid):
+    """With O(firewall_allow): the nft binary found (``nft``, None: not found), which needs root -> its path."""
+    if not nft or euid != 0:
+        raise JobError("firewall_allow (train_firewall) on %s: needs nft (package nftables) and root; "
+                       "found nft=%s, uid %d" % (host, nft, euid))
     return nft
 
 
-def open_firewall(module, nft, table, argv, host, result):
-    """The job's nftables table: only O(firewall_allow) reach the guarded ports -> those ports."""
-    p = module.params
-    ports = guarded_ports(argv, p["watch"])
+def guard_rules(table, argv, params, host):
+    """The job's nftables table: only O(firewall_allow) reach the guarded ports -> (its ``nft -f`` rules, those
+    ports)."""
+    ports = guarded_ports(argv, params["watch"])
     try:
-        rules = render_table(table, ports, p["firewall_allow"], p["firewall_ttl"])
+        return render_table(table, ports, params["firewall_allow"], params["firewall_ttl"]), ports
     except (SecurityError, TypeError) as exc:
-        module.fail_json(msg="firewall_allow on %s: %s (rdzv_endpoint %s)" % (host, exc, p["rdzv_endpoint"]),
-                         **result)
-    rc, _out, err = module.run_command([nft, "-f", "-"], data=rules, binary_data=True)
+        raise JobError("firewall_allow on %s: %s (rdzv_endpoint %s)" % (host, exc, params["rdzv_endpoint"]))
+
+
+def check_applied(rc, err, host):
+    """``nft -f`` of the job's table ended with ``rc`` and ``err``: JobError unless it took the rules."""
     if rc != 0:
-        module.fail_json(msg="train_firewall on %s: nft refused the rule: %s" % (host, err.strip()), **result)
-    return ports
+        raise JobError("train_firewall on %s: nft refused the rule: %s" % (host, err.strip()))
 
 
 def start_keeper(nft, pid, job_dir, table, ports, ttl):
@@ -87,20 +86,15 @@ def start_keeper(nft, pid, job_dir, table, ports, ttl):
               {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}, null.fileno(), None)
 
 
-def remove_firewall(module, job_id):
-    """Delete the job's nftables table when it exists; its name, or None."""
-    nft = module.get_bin_path("nft")
-    if not nft or os.geteuid() != 0:
-        return None
-    rc, out, _err = module.run_command([nft, "-j", "list", "tables"])
+def job_table(rc, out, job_id):
+    """``nft -j list tables`` (``rc``, ``out``) -> the job's table there, or None."""
     try:
         tables = job_tables(parse_tables(out), job_id) if rc == 0 else []
     except ValueError:
         tables = []
-    if not tables or module.check_mode:
-        return tables[0] if tables else None
-    rc, _out, err = module.run_command([nft, "-f", "-"], data=render_delete(tables[0]), binary_data=True)
-    if rc != 0:
-        module.fail_json(msg="job %s: cannot delete nftables table %s on %s: %s"
-                             % (job_id, tables[0], socket.gethostname(), err.strip()))
-    return tables[0]
+    return tables[0] if tables else None
+
+
+def not_deleted(job_id, table, host, err):
+    """The message of an ``nft -f`` that did not delete the job's table."""
+    return "job %s: cannot delete nftables table %s on %s: %s" % (job_id, table, host, err.strip())

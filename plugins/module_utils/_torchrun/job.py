@@ -1,24 +1,28 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The torchrun module's logic: start, wait for, follow, stop one job on this node.
+"""The torchrun module: start, wait for, follow, stop one job on this node. The one file that holds the module.
 
 plugins/modules/torchrun.py is its documentation plus ``run_module(AnsibleModule(ARGUMENT_SPEC))``; the action
-plugin (plugins/action/torchrun.py) calls that module. ``run_module`` picks what O(state) asks for; the work is
-in the files beside this one, each a concern:
+plugin (plugins/action/torchrun.py) calls that module. Every call of the module (its options, check mode,
+no_log values, run_command, get_bin_path, warn, exit_json and fail_json) is here, and this file reads top to
+bottom as what the module does: ``run_module`` picks what O(state) asks for; ``start`` is the start sequence
+(check, plan, account, firewall, job directory, spawn: ``launch``), then the wait (``follow``, ``wait``,
+``finish``) or the stop (``stop``). The decisions are plain functions of the files beside this one, which never
+see the module and raise JobError (_torchrun.errors) with the message the module fails with:
 
-- start.py: check, plan and start the job (supervisor, watcher); jobdir.py: the job directory it makes;
-  firewall.py: the job's firewall guard; proc.py: the job's processes (spawn, find, stop);
-- wait.py: wait for the end (or one long poll of it), what a finished job means (``verdict``), stop;
+- start.py: what a start refuses, the job's environment and argv, the account, job.json's record, the spawns;
+  jobdir.py: the job directory; firewall.py: the job's firewall guard; proc.py: the job's processes;
+- wait.py: wait for the end (or one long poll of it), what a finished job means (``verdict``), the stop's record;
 - collect.py: what the job left in its directory; follow.py: the watcher's files, status and progress.
 
-The decisions are plain functions tested on recorded job directories (tests/fixtures/torchrun/jobs/); the
-node side (supervisor, keeper, /proc scan) is _node/supervisor.py, shipped into the job directory as
-``supervisor.py``.
+They are tested on their own and on recorded job directories (tests/fixtures/torchrun/jobs/); the node side
+(supervisor, keeper, /proc scan) is _node/supervisor.py, shipped into the job directory as ``supervisor.py``.
 """
 from __future__ import annotations
 
 import os
 import socket
+import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     LOG_DIR,
@@ -38,11 +42,44 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watchlib 
 from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import TTL as FIREWALL_TTL
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status, stream_ranks
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import job_alive
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import start
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import follow, stop, wait
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.errors import JobError
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import (
+    TTL as FIREWALL_TTL,
+    check_applied,
+    guard_rules,
+    job_table,
+    not_deleted,
+    rdzv_port,
+    start_keeper,
+    usable_nft,
+)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status, stop_watcher, stream_ranks
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import new_job_dir, write_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import describe, find_job_processes, job_alive, stop_job
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import (
+    check_start,
+    check_state,
+    gpu_count,
+    job_env,
+    job_record,
+    plan_argv,
+    resolve_account,
+    spawn_supervisor,
+    spawn_watcher,
+    started_again,
+    stop_stale_listener,
+)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import (
+    barrier_grace,
+    ended_here,
+    long_poll,
+    pack,
+    record_stop,
+    survived,
+    verdict,
+    wait,
+)
+from ansible_collections.multinode.training.plugins.module_utils._train.security import render_delete, table_name
 
 ARGUMENT_SPEC = dict(
     state=dict(type="str", default="finished", choices=["started", "finished", "stopped", "status"]),
@@ -123,34 +160,35 @@ def run_module(module):
     except (TorchrunError, ValueError) as exc:
         module.fail_json(msg="%s (on %s)" % (exc, host))
     job_dir = os.path.join(p["log_dir"], job_id)
-    job_file = os.path.join(job_dir, "job.json")
     result = dict(changed=False, job_id=job_id, job_dir=job_dir)
-    job = read_json(job_file)
+    try:
+        run_state(module, job_id, job_dir, result, host)
+    except JobError as exc:
+        module.fail_json(msg=str(exc), **result)
 
+
+def run_state(module, job_id, job_dir, result, host):
+    """What O(state) asks for, on the job this node has (job.json) or none: stop it, report its status, start it,
+    wait for it (a long poll of it with O(follow_limit)). A refusal raises JobError (``run_module`` fails)."""
+    p = module.params
+    job_file = os.path.join(job_dir, "job.json")
+    job = read_json(job_file)
     if p["state"] == "stopped":
         stop(module, job_id, job_dir, job, result, host)
-    if p["state"] == "status" or (p["state"] == "finished" and p["follow_limit"]):
-        if job is None:
-            module.fail_json(msg="job_id=%s: no such job on %s (no %s); valid: the id of a job started on this node"
-                                 % (job_id, host, job_file), **result)
-        if p["state"] == "status":
-            result.update(status(job_id, job_dir, job, renew=not module.check_mode))
-            module.exit_json(**result)
+    check_state(p["state"], job, bool(p["script"] or p["module"]), p["follow_limit"], job_id, job_file, host)
+    if p["state"] == "status":
+        result.update(status(job_id, job_dir, job, renew=not module.check_mode))
+        module.exit_json(**result)
 
     wait_only = p["state"] == "finished" and job is not None
     if job is None:
-        if p["state"] == "finished" and not (p["script"] or p["module"]):
-            module.fail_json(msg="job %s was never started on %s and neither script nor module is set"
-                                 % (job_id, host), **result)
-        job = start(module, job_id, job_dir, job_file, result, host)
+        job = start(module, job_id, job_dir, job_file, host)
         result["changed"] = True
     elif p["state"] == "started":
         result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
                       nproc_per_node=job.get("nproc_per_node"))
-        if job_alive(job.get("pid"), job_id, job_dir):
-            module.exit_json(msg="job %s is running already" % job_id, **result)
-        module.fail_json(msg="job id %s was used before on %s (%s): rendezvous ids must not be reused, "
-                             "pick a new one" % (job_id, host, job_dir), **result)
+        module.exit_json(msg=started_again(job_id, job_dir, host, job_alive(job.get("pid"), job_id, job_dir)),
+                         **result)
     result.update(cmd=job.get("cmd"), pid=job.get("pid"), pgid=job.get("pgid"),
                   nproc_per_node=job.get("nproc_per_node"), user=job.get("user"),
                   firewall_table=job.get("firewall_table"))
@@ -162,4 +200,136 @@ def run_module(module):
         result["changed"] = False
     if wait_only and p["follow_limit"]:
         follow(module, job_id, job_dir, job, result, host)
-    wait(module, job_id, job_dir, job, result, host)
+    finish(module, job_id, job_dir, job, result, host, *wait(p, job_id, job_dir, job))
+
+
+# ------------------------------------------------------------------ the start
+
+
+def start(module, job_id, job_dir, job_file, host):
+    """Start the job here -> its job.json record (only planned, nothing started, in check mode)."""
+    p = module.params
+    python, chdir = check_start(p, host)
+    env, secrets = job_env(p, job_id, job_dir, host)
+    gpus = count_gpus(module) if p["nproc_per_node"] == "auto" else None
+    argv, nproc = plan_argv(p, python, job_id, job_dir, env, gpus, host)
+    for value in secrets:
+        module.no_log_values.add(value)
+    account = resolve_account(p["user"], p["group"], host)
+    if account:
+        env.update(HOME=account["home"], USER=account["name"], LOGNAME=account["name"])
+    job = job_record(p, job_id, host, argv, secrets, nproc, gpus, account)
+    nft = usable_nft(module.get_bin_path("nft"), host, os.geteuid()) if p["firewall_allow"] else None
+    if nft:
+        job["firewall_table"] = table_name(job_id)
+    if module.check_mode:
+        return job
+    ports = open_firewall(module, nft, job["firewall_table"], argv, host) if nft else None
+    launch(module, job, job_dir, job_file, (python, chdir, argv, env), account)
+    if nft:
+        start_keeper(nft, job["pid"], job_dir, job["firewall_table"], ports, p["firewall_ttl"])
+    return job
+
+
+def count_gpus(module):
+    """The node's GPUs: ``nvidia-smi -L`` where it is found, else the driver's (start.py's gpu_count)."""
+    smi = module.get_bin_path("nvidia-smi")
+    smi_rc, smi_out = module.run_command([smi, "-L"])[:2] if smi else (None, "")
+    return gpu_count(smi_rc, smi_out)
+
+
+def open_firewall(module, nft, table, argv, host):
+    """The job's nftables table: only O(firewall_allow) reach the guarded ports -> those ports."""
+    rules, ports = guard_rules(table, argv, module.params, host)
+    rc, _out, err = module.run_command([nft, "-f", "-"], data=rules, binary_data=True)
+    check_applied(rc, err, host)
+    return ports
+
+
+def launch(module, job, job_dir, job_file, command, account):
+    """The job directory made and filled, the supervisor (``command``: python, chdir, torchrun's argv, the
+    environment) and the watcher started, detached; job.json written with their pids (``job`` updated).
+    Where one of them fails, the firewall guard goes too."""
+    p = module.params
+    owner = (account["uid"], account["gid"]) if account else None
+    try:
+        dir_fd, log_fd, watch_fd = new_job_dir(job_dir, p, job["job_id"], job["host"], owner)
+        # Preflight's listener (first node) must not hold the rendezvous port any more.
+        stop_stale_listener(rdzv_port(p["rdzv_endpoint"]))
+        pid = spawn_supervisor(job, job_dir, command, (log_fd, watch_fd), account, p["timeout"], p["stop_grace"])
+        job.update(pid=pid, pgid=pid, start=time.time())
+        write_json(job_file, job, 0o640, owner, dir_fd)
+        spawn_watcher(job, job_dir, command, watch_fd, account)
+    except JobError:
+        remove_firewall(module, job["job_id"], job["host"])
+        raise
+    # Still the account's (the watcher, running as the account, reads the supervisor's pid here).
+    write_json(job_file, job, 0o640, owner, dir_fd)
+    os.close(dir_fd)
+
+
+def remove_firewall(module, job_id, host):
+    """Delete the job's nftables table when it exists; its name, or None."""
+    nft = module.get_bin_path("nft")
+    if not nft or os.geteuid() != 0:
+        return None
+    rc, out, _err = module.run_command([nft, "-j", "list", "tables"])
+    table = job_table(rc, out, job_id)
+    if not table or module.check_mode:
+        return table
+    rc, _out, err = module.run_command([nft, "-f", "-"], data=render_delete(table), binary_data=True)
+    if rc != 0:
+        module.fail_json(msg=not_deleted(job_id, table, host, err))
+    return table
+
+
+# ------------------------------------------------------------------ the wait and the stop
+
+
+def follow(module, job_id, job_dir, job, result, host):
+    """A followed wait's long poll (wait.py's long_poll): the progress while the job still runs, else ``finish``."""
+    ended = long_poll(module.params, job_id, job_dir, job, result)
+    if ended is None:
+        module.exit_json(**result)
+    finish(module, job_id, job_dir, job, result, host, *ended)
+
+
+def finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace):
+    """The job ended on this node: its result, what the watchers decided, leftovers stopped, the firewall guard
+    removed, the job directory packed for the controller (O(archive)), the verdict."""
+    p = module.params
+    data, survivors = ended_here(job_id, job_dir, job, result, p["tail_lines"], host, grace)
+    result["firewall_table"] = remove_firewall(module, job_id, host) or result.get("firewall_table")
+    if p["archive"]:
+        # The job's logs travel with this result (or, when big, wait in O(archive) for a fetch).
+        result["archive"] = pack(job_dir, p["archive"], p["archive_inline_max"])
+    if survivors:
+        raise JobError(survived(job_id, host, result["survivors"]))
+    failed, msg, warning = verdict(dict(job, job_id=job_id), host, job_dir, result, data, gave_up, abandoned,
+                                   timeout, barrier_grace(p["exit_barrier_grace"], job_dir))
+    if warning:
+        module.warn(warning)
+    if failed:
+        raise JobError(msg)
+    module.exit_json(**result)
+
+
+def stop(module, job_id, job_dir, job, result, host):
+    """O(state=stopped): the job's processes stopped (SIGTERM, SIGKILL after O(stop_grace)), its watcher and
+    firewall guard too, result.json recorded where the supervisor wrote none."""
+    p = module.params
+    pgid = job.get("pgid") if job else None
+    pids = find_job_processes(job_id, job_dir=job_dir)
+    result["cmd"] = job.get("cmd") if job else None
+    if module.check_mode:
+        result.update(changed=bool(pids), killed=pids, survivors=[], firewall_table=None)
+        module.exit_json(**result)
+    killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
+    stop_watcher(job)
+    result["firewall_table"] = remove_firewall(module, job_id, host)
+    record_stop(job, job_dir, killed)
+    result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed,
+                  survivors=describe(survivors), stopped=bool(killed))
+    if survivors:
+        raise JobError(survived(job_id, host, describe(survivors)))
+    module.exit_json(**result)

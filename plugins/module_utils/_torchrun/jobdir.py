@@ -1,8 +1,8 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The job directory on this node (``<log_dir>/<job id>/``): made by root, filled through its descriptor, then
-handed to the job's account; files replaced atomically (``write_json``). Used by start (_torchrun.start) and stop
-(_torchrun.wait)."""
+handed to the job's account; files replaced atomically (``write_json``). Used by the start and the stop
+(_torchrun.job)."""
 from __future__ import annotations
 
 import errno
@@ -10,6 +10,7 @@ import json
 import os
 import stat
 
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.errors import JobError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import new_file, write_watch_files
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import supervisor_source
 
@@ -108,6 +109,21 @@ def fill_job_dir(dir_fd, params, job_id, host, owner):
     if owner is not None:
         os.fchown(dir_fd, owner[0], owner[1])
     return log_fd, watch_fd
+
+
+def new_job_dir(job_dir, params, job_id, host, owner):
+    """The job directory made (``make_job_dir``) and filled (``fill_job_dir``) -> (its descriptor, torchrun.log's,
+    watch.log's); JobError when either fails (a reused job id: the directory exists)."""
+    try:
+        dir_fd = make_job_dir(job_dir)
+    except OSError as exc:
+        raise JobError("cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc))
+    try:
+        log_fd, watch_fd = fill_job_dir(dir_fd, params, job_id, host, owner)
+    except OSError as exc:
+        os.close(dir_fd)
+        raise JobError("cannot write the job's files into %s on %s: %s" % (job_dir, host, exc))
+    return dir_fd, log_fd, watch_fd
 
 
 def supervisor_argv(python, job_dir, job_id, timeout, grace, cwd, argv):

@@ -1,17 +1,18 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Start one torchrun job on this node (O(state=started), or O(state=finished) for a job not started yet).
+"""What a start of one torchrun job on this node decides (O(state=started), or O(state=finished) for a job not
+started yet), and its two detached spawns. job.py runs them in order, with the module's calls between them:
 
-In order: the inputs checked on the node (``check_start``), torchrun's argv and the job's environment
-(``plan_start``, ``build_env``), the account (``resolve_account``), the firewall guard (_torchrun.firewall),
-then ``launch``: the job directory (_torchrun.jobdir), the detached supervisor, the watcher, job.json.
+the refusals of O(state) (``check_state``, ``started_again``), the inputs checked on the node (``check_start``),
+the job's environment (``job_env``, ``build_env``), torchrun's argv (``plan_argv``), the account
+(``resolve_account``), the record (``job_record``); after the job directory (_torchrun.jobdir) the supervisor
+(``spawn_supervisor``) and the watcher (``spawn_watcher``). A refusal raises JobError with the module's message.
 """
 from __future__ import annotations
 
 import grp
 import os
 import pwd
-import time
 
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import (
     JOB_DIR_ENV,
@@ -27,18 +28,11 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     secret_values,
     visible_gpus,
 )
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import (
-    firewall_tool,
-    open_firewall,
-    rdzv_port,
-    remove_firewall,
-    start_keeper,
-)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.errors import JobError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import RANK_WRAPPER, WATCHER, watcher_env
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import fill_job_dir, make_job_dir, supervisor_argv, write_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import supervisor_argv
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import spawn, stop_job
 from ansible_collections.multinode.training.plugins.module_utils._train.listener import stop_stale
-from ansible_collections.multinode.training.plugins.module_utils._train.security import table_name
 
 
 def gpu_count(smi_rc, smi_out, proc_gpus="/proc/driver/nvidia/gpus"):
@@ -102,147 +96,121 @@ def stop_stale_listener(port):
     return stop_stale(port) if port else []
 
 
-def resolve_account(module, host, result):
+def check_state(state, job, has_code, follow_limit, job_id, job_file, host):
+    """The refusals of O(state) before anything is done: a status or a long poll (``follow_limit``) of a job this
+    node has no job.json of (``job`` None), and a wait for such a job with nothing to start (``has_code``:
+    O(script) or O(module) set)."""
+    if job is None and (state == "status" or (state == "finished" and follow_limit)):
+        raise JobError("job_id=%s: no such job on %s (no %s); valid: the id of a job started on this node"
+                       % (job_id, host, job_file))
+    if job is None and state == "finished" and not has_code:
+        raise JobError("job %s was never started on %s and neither script nor module is set" % (job_id, host))
+
+
+def started_again(job_id, job_dir, host, alive):
+    """O(state=started) of a job id this node has a job.json of -> the message when its supervisor still runs
+    (``alive``: nothing changes); JobError when it ended: a rendezvous id is never reused."""
+    if alive:
+        return "job %s is running already" % job_id
+    raise JobError("job id %s was used before on %s (%s): rendezvous ids must not be reused, pick a new one"
+                   % (job_id, host, job_dir))
+
+
+def resolve_account(user, group, host):
     """O(user)/O(group) -> uid, gid, supplementary groups and home; None when the job runs as the module's user."""
-    p = module.params
-    if not p["user"]:
+    if not user:
         return None
     try:
-        entry = pwd.getpwnam(p["user"])
+        entry = pwd.getpwnam(user)
     except KeyError:
-        module.fail_json(msg="user=%s (train_user) does not exist on %s" % (p["user"], host), **result)
+        raise JobError("user=%s (train_user) does not exist on %s" % (user, host))
     gid = entry.pw_gid
-    if p["group"]:
+    if group:
         try:
-            gid = grp.getgrnam(p["group"]).gr_gid
+            gid = grp.getgrnam(group).gr_gid
         except KeyError:
-            module.fail_json(msg="group=%s (train_group) does not exist on %s" % (p["group"], host), **result)
+            raise JobError("group=%s (train_group) does not exist on %s" % (group, host))
     if entry.pw_uid == os.geteuid() and gid == os.getegid():
         return None
     if os.geteuid() != 0:
-        module.fail_json(msg="user=%s (train_user) on %s: the module runs as uid %d and cannot switch; run it "
-                             "with become" % (p["user"], host, os.geteuid()), **result)
+        raise JobError("user=%s (train_user) on %s: the module runs as uid %d and cannot switch; run it "
+                       "with become" % (user, host, os.geteuid()))
     groups = sorted(set(os.getgrouplist(entry.pw_name, gid)))
     return {"name": entry.pw_name, "uid": entry.pw_uid, "gid": gid, "groups": groups, "home": entry.pw_dir}
 
 
-def check_start(module, host, result):
+def check_start(params, host):
     """The job's python, O(chdir), O(script) and O(args), checked on this node -> (python, chdir)."""
-    p = module.params
+    p = params
     python = p["python"] or os.path.join(p["venv"], "bin", "python")
     if not os.access(python, os.X_OK):
-        module.fail_json(msg="python %s not found or not executable on %s: is the venv there (role "
-                             "multinode.training.wheel_distribute, variable venv/python)?" % (python, host), **result)
+        raise JobError("python %s not found or not executable on %s: is the venv there (role "
+                       "multinode.training.wheel_distribute, variable venv/python)?" % (python, host))
     chdir = p["chdir"]
     if chdir and not os.path.isdir(chdir):
-        module.fail_json(msg="chdir %s is not a directory on %s" % (chdir, host), **result)
+        raise JobError("chdir %s is not a directory on %s" % (chdir, host))
     if p["script"]:
         script = p["script"] if os.path.isabs(p["script"]) or not chdir else os.path.join(chdir, p["script"])
         if not os.path.isfile(script):
-            module.fail_json(msg="script %s does not exist on %s" % (script, host), **result)
+            raise JobError("script %s does not exist on %s" % (script, host))
     if not isinstance(p["args"], list):
-        module.fail_json(msg="args=%r on %s: must be a list; each item reaches the script as one argument"
-                             % (p["args"], host), **result)
+        raise JobError("args=%r on %s: must be a list; each item reaches the script as one argument"
+                       % (p["args"], host))
     return python, chdir
 
 
-def plan_start(module, python, job_id, job_dir, host, result):
-    """-> (torchrun's argv, the job's environment, its secret values, nproc_per_node, the GPU count or None)."""
-    p = module.params
-    gpus = None
+def job_env(params, job_id, job_dir, host):
+    """The job's environment from the module's own (``build_env``) -> (environment, its secret values)."""
     try:
-        env, secrets = build_env(p["env_files"], p["env"], job_id, job_dir, os.environ,
-                                 max_restarts=p["max_restarts"])
-        if p["nproc_per_node"] == "auto":
-            smi = module.get_bin_path("nvidia-smi")
-            smi_rc, smi_out = module.run_command([smi, "-L"])[:2] if smi else (None, "")
-            gpus = gpu_count(smi_rc, smi_out)
+        return build_env(params["env_files"], params["env"], job_id, job_dir, os.environ,
+                         max_restarts=params["max_restarts"])
+    except TorchrunError as exc:
+        raise JobError("%s (on %s)" % (exc, host))
+
+
+def plan_argv(params, python, job_id, job_dir, env, gpus, host):
+    """torchrun's argv -> (argv, nproc_per_node). ``gpus``: the node's GPU count (``gpu_count``) for
+    O(nproc_per_node=auto), else None."""
+    p = params
+    try:
         # auto: one rank per GPU the ranks see - nvidia-smi lists every GPU of the node, whatever
         # CUDA_VISIBLE_DEVICES the job's environment (env, env_files) sets.
         nproc = resolve_nproc(p["nproc_per_node"], visible_gpus(gpus, env.get("CUDA_VISIBLE_DEVICES")),
                               p["cpu_nproc"])
         opts = dict(p, nproc_per_node=nproc, log_dir=os.path.join(job_dir, "ranks"), rdzv_id=p["rdzv_id"] or job_id,
                     wrapper=os.path.join(job_dir, RANK_WRAPPER))
-        argv = build_argv(python, opts)
+        return build_argv(python, opts), nproc
     except TorchrunError as exc:
-        module.fail_json(msg="%s (on %s)" % (exc, host), **result)
-    return argv, env, secrets, nproc, gpus
+        raise JobError("%s (on %s)" % (exc, host))
 
 
-def start(module, job_id, job_dir, job_file, result, host):
-    """Start the job here -> its job.json record (only planned, nothing started, in check mode)."""
-    p = module.params
-    python, chdir = check_start(module, host, result)
-    argv, env, secrets, nproc, gpus = plan_start(module, python, job_id, job_dir, host, result)
-    for value in secrets:
-        module.no_log_values.add(value)
-    account = resolve_account(module, host, result)
-    if account:
-        env.update(HOME=account["home"], USER=account["name"], LOGNAME=account["name"])
-    job = {"job_id": job_id, "cmd": mask(argv, secrets), "nproc_per_node": nproc, "timeout": p["timeout"],
-           "stop_grace": p["stop_grace"], "host": host,
+def job_record(params, job_id, host, argv, secrets, nproc, gpus, account):
+    """What job.json records of the start (its pids come with the spawns): the command with the secrets
+    masked, the ranks, the limits, the account."""
+    job = {"job_id": job_id, "cmd": mask(argv, secrets), "nproc_per_node": nproc, "timeout": params["timeout"],
+           "stop_grace": params["stop_grace"], "host": host,
            "user": account["name"] if account else pwd.getpwuid(os.geteuid()).pw_name}
     if gpus is not None:
         job["gpu_count"] = gpus
-    nft = firewall_tool(module, host, result)
-    if nft:
-        job["firewall_table"] = table_name(job_id)
-    if module.check_mode:
-        return job
-    ports = open_firewall(module, nft, job["firewall_table"], argv, host, result) if nft else None
-    launch(module, job, job_dir, job_file, (python, chdir, argv, env), account, result)
-    if nft:
-        start_keeper(nft, job["pid"], job_dir, job["firewall_table"], ports, p["firewall_ttl"])
     return job
 
 
-def launch(module, job, job_dir, job_file, command, account, result):
-    """The job directory made and filled, the supervisor (``command``: python, chdir, torchrun's argv, the
-    environment) and the watcher started, detached; job.json written with their pids (``job`` updated)."""
-    p = module.params
-    job_id, host = job["job_id"], job["host"]
-    owner = (account["uid"], account["gid"]) if account else None
-    try:
-        dir_fd = make_job_dir(job_dir)
-    except OSError as exc:
-        remove_firewall(module, job_id)
-        module.fail_json(msg="cannot create job directory %s on %s: %s (a reused job id?)" % (job_dir, host, exc),
-                         **result)
-    try:
-        log_fd, watch_fd = fill_job_dir(dir_fd, p, job_id, host, owner)
-    except OSError as exc:
-        os.close(dir_fd)
-        remove_firewall(module, job_id)
-        module.fail_json(msg="cannot write the job's files into %s on %s: %s" % (job_dir, host, exc), **result)
-    # Preflight's listener (first node) must not hold the rendezvous port any more.
-    stop_stale_listener(rdzv_port(p["rdzv_endpoint"]))
-    pid = spawn_supervisor(module, job, job_dir, command, (log_fd, watch_fd), account, result)
-    job.update(pid=pid, pgid=pid, start=time.time())
-    write_json(job_file, job, 0o640, owner, dir_fd)
-    spawn_watcher(module, job, job_dir, command, watch_fd, account, result)
-    # Still the account's (the watcher, running as the account, reads the supervisor's pid here).
-    write_json(job_file, job, 0o640, owner, dir_fd)
-    os.close(dir_fd)
-
-
-def spawn_supervisor(module, job, job_dir, command, fds, account, result):
+def spawn_supervisor(job, job_dir, command, fds, account, timeout, grace):
     """Detached on purpose (run_command waits): the supervisor leads a new session as the job's user, stdin
     is /dev/null, stdout and stderr go to torchrun.log (``fds``: its descriptor, watch.log's) -> its pid."""
     python, chdir, argv, env = command
     log_fd, watch_fd = fds
-    p = module.params
     try:
-        return spawn(supervisor_argv(python, job_dir, job["job_id"], p["timeout"], p["stop_grace"], chdir, argv),
-                     env, log_fd, account)
+        return spawn(supervisor_argv(python, job_dir, job["job_id"], timeout, grace, chdir, argv), env, log_fd,
+                     account)
     except OSError as exc:
         os.close(watch_fd)
-        remove_firewall(module, job["job_id"])
-        module.fail_json(msg="cannot start the job on %s as %s: %s" % (job["host"], job["user"], exc), **result)
+        raise JobError("cannot start the job on %s as %s: %s" % (job["host"], job["user"], exc))
     finally:
         os.close(log_fd)
 
 
-def spawn_watcher(module, job, job_dir, command, watch_fd, account, result):
+def spawn_watcher(job, job_dir, command, watch_fd, account):
     """The watcher (mt_watch.py): every node's watches its ranks, the first node's hears the others; they
     stop the job everywhere on the first failure or a lost node (_torchrun.follow) -> job["watch_pid"]."""
     python, _chdir, _argv, env = command
@@ -252,7 +220,6 @@ def spawn_watcher(module, job, job_dir, command, watch_fd, account, result):
                                  watcher_env(env, job["job_id"], (JOB_ENV, JOB_DIR_ENV)), watch_fd, account)
     except OSError as exc:
         stop_job(job["job_id"], pgid=job["pid"], grace=1, job_dir=job_dir)
-        remove_firewall(module, job["job_id"])
-        module.fail_json(msg="cannot start the job's watcher on %s: %s" % (job["host"], exc), **result)
+        raise JobError("cannot start the job's watcher on %s: %s" % (job["host"], exc))
     finally:
         os.close(watch_fd)

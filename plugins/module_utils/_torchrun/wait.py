@@ -1,11 +1,11 @@
 # Copyright: multinode.training contributors
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Wait for, and stop, one torchrun job on this node.
+"""Wait for, and stop, one torchrun job on this node: job.py calls these in order, with the module's calls between.
 
-``wait`` blocks until the job ended here (``wait_for_end``); ``follow`` is one long poll of a followed wait
-(``follow_until``: the action plugin calls it again until the job ended); both end in ``finish``: the job's
-result (_torchrun.collect), leftovers stopped, the job directory packed, the ``verdict``. ``stop`` is
-O(state=stopped).
+``wait`` blocks until the job ended here (``wait_for_end``); ``long_poll`` is one long poll of a followed wait
+(``follow_until``: the action plugin calls it again until the job ended); both end in ``ended_here``: the job's
+result (_torchrun.collect), leftovers stopped; then the job directory packed (``pack``) and the ``verdict``.
+``record_stop`` is O(state=stopped)'s record of the end.
 """
 from __future__ import annotations
 
@@ -21,16 +21,9 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watchlib 
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.agent_log import local_workers_succeeded
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, pack_job_dir, read_json
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.firewall import remove_firewall
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import (
-    add_watch_state,
-    renew_lease,
-    status,
-    stop_watcher,
-    stream_ranks,
-)
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import add_watch_state, renew_lease, status, stream_ranks
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import real_directory, write_json
-from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import describe, find_job_processes, job_alive, stop_job
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import describe, job_alive, stop_job
 
 
 def verdict(job, host, job_dir, result, data, gave_up, barrier_abandoned, timeout, barrier_grace):
@@ -172,17 +165,22 @@ def follow_until(job_id, job_dir, job, limit, timeout, grace, barrier_grace, pol
         sleep(min(poll, max(0.0, end_by - now)))
 
 
-def follow(module, job_id, job_dir, job, result, host):
-    """A followed wait's long poll: renew the lease, wait up to follow_limit s; the progress when the job
-    still runs (RV(done) false), else the finished result (``finish``) with RV(done) true. With
-    O(stream_ranks), the poll also ends when those ranks printed, and carries their new lines (RV(stream))."""
-    p = module.params
+def limits(params, job):
+    """The job's O(timeout) and stop grace -> (timeout, grace): the module's, else what the start recorded."""
+    return params["timeout"] or job.get("timeout") or 0, job.get("stop_grace", params["stop_grace"])
+
+
+def long_poll(params, job_id, job_dir, job, result):
+    """A followed wait's long poll: renew the lease, wait up to O(follow_limit) s -> None while the job still runs
+    (``result`` holds its progress, RV(done) false), else (gave_up, barrier_abandoned, timeout, grace): the
+    job ended (RV(done) true). With O(stream_ranks), the poll also ends when those ranks printed, and carries
+    their new lines (RV(stream))."""
+    p = params
     ranks = stream_ranks(p["stream_ranks"])  # checked by run_module
     renew_lease(job_dir)
     conf = read_json(os.path.join(job_dir, "watch.json")) or {}
     limit = follow_window(p["follow_limit"], conf.get("lease"))
-    timeout = p["timeout"] or job.get("timeout") or 0
-    grace = job.get("stop_grace", p["stop_grace"])
+    timeout, grace = limits(p, job)
     offsets = p["stream_offsets"] or {}
     news = (lambda: stream_pending(job_dir, ranks, offsets)) if ranks else None
     ended, gave_up, abandoned = follow_until(job_id, job_dir, job, limit, timeout, grace,
@@ -193,62 +191,49 @@ def follow(module, job_id, job_dir, job, result, host):
     if not ended:
         result.update(status(job_id, job_dir, job, renew=False))
         result["done"] = False
-        module.exit_json(**result)
+        return None
     result["done"] = True
-    finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
+    return gave_up, abandoned, timeout, grace
 
 
-def wait(module, job_id, job_dir, job, result, host):
-    p = module.params
-    timeout = p["timeout"] or job.get("timeout") or 0
-    grace = job.get("stop_grace", p["stop_grace"])
+def wait(params, job_id, job_dir, job):
+    """Block until the job ended on this node (``wait_for_end``) -> (gave_up, barrier_abandoned, timeout,
+    grace)."""
+    timeout, grace = limits(params, job)
     gave_up, abandoned = wait_for_end(job_id, job_dir, job, timeout, grace,
-                                      barrier_grace(p["exit_barrier_grace"], job_dir))
-    finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace)
+                                      barrier_grace(params["exit_barrier_grace"], job_dir))
+    return gave_up, abandoned, timeout, grace
 
 
-def finish(module, job_id, job_dir, job, result, host, gave_up, abandoned, timeout, grace):
-    """The job ended on this node: its result, what the watchers decided, leftovers stopped, the job
-    directory packed for the controller (O(archive)), the verdict."""
-    p = module.params
+def ended_here(job_id, job_dir, job, result, tail_lines, host, grace):
+    """The job ended on this node: its result (_torchrun.collect), what the watchers decided, leftovers stopped
+    -> (result.json, the pids that survived SIGKILL); ``result`` updated (RV(killed), RV(survivors))."""
     data = read_json(os.path.join(job_dir, "result.json"))
-    result.update(collect(job_dir, job, data, p["tail_lines"], host))
+    result.update(collect(job_dir, job, data, tail_lines, host))
     add_watch_state(job_dir, result)
     # Nothing of the job may outlive it on this node: what the supervisor's SIGTERM left is stopped
     # here (SIGKILL after the grace), so the play needs no separate stop round trip.
     killed, survivors = stop_job(job_id, grace=grace, job_dir=job_dir)
-    result.update(killed=killed, survivors=describe(survivors),
-                  firewall_table=remove_firewall(module, job_id) or result.get("firewall_table"))
-    if p["archive"]:
-        # The job's logs travel with this result (or, when big, wait in O(archive) for a fetch).
-        try:
-            packed = pack_job_dir(job_dir, p["archive"], p["archive_inline_max"])
-        except (IOError, OSError) as exc:
-            packed = {"inline": None, "path": None, "error": "cannot pack %s: %s" % (job_dir, exc)}
-        result["archive"] = packed
-    if survivors:
-        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
-                             % (job_id, len(survivors), host, result["survivors"]), **result)
-    failed, msg, warning = verdict(dict(job, job_id=job_id), host, job_dir, result, data, gave_up, abandoned,
-                                   timeout, barrier_grace(p["exit_barrier_grace"], job_dir))
-    if warning:
-        module.warn(warning)
-    if failed:
-        module.fail_json(msg=msg, **result)
-    module.exit_json(**result)
+    result.update(killed=killed, survivors=describe(survivors))
+    return data, survivors
 
 
-def stop(module, job_id, job_dir, job, result, host):
-    p = module.params
-    pgid = job.get("pgid") if job else None
-    pids = find_job_processes(job_id, job_dir=job_dir)
-    result["cmd"] = job.get("cmd") if job else None
-    if module.check_mode:
-        result.update(changed=bool(pids), killed=pids, survivors=[], firewall_table=None)
-        module.exit_json(**result)
-    killed, survivors = stop_job(job_id, pgid=pgid if pids else None, grace=p["stop_grace"], job_dir=job_dir)
-    stop_watcher(job)
-    result["firewall_table"] = remove_firewall(module, job_id)
+def pack(job_dir, archive, inline_max):
+    """The job's logs for the controller (O(archive)): inline in the result, or when big, in ``archive`` for a
+    fetch -> RV(archive)."""
+    try:
+        return pack_job_dir(job_dir, archive, inline_max)
+    except (IOError, OSError) as exc:
+        return {"inline": None, "path": None, "error": "cannot pack %s: %s" % (job_dir, exc)}
+
+
+def survived(job_id, host, described):
+    """The message of a job whose processes (``described``: ``describe``'s) outlived SIGKILL."""
+    return "job %s: %d process(es) survived SIGKILL on %s: %s" % (job_id, len(described), host, described)
+
+
+def record_stop(job, job_dir, killed):
+    """O(state=stopped): result.json, where the supervisor wrote none, says the job was stopped."""
     directory = real_directory(job_dir)
     if job and directory and not os.path.lexists(os.path.join(job_dir, "result.json")):
         # Like the job's other files: the job's user's, not world-readable (owner set before the
@@ -259,9 +244,3 @@ def stop(module, job_id, job_dir, job, result, host):
                         "stopped": True, "leftovers_killed": killed}, 0o640, (directory.st_uid, directory.st_gid))
         except OSError:
             pass  # the directory became a link since (write_json opens no link): no record there
-    result.update(changed=bool(killed) or bool(result["firewall_table"]), killed=killed,
-                  survivors=describe(survivors), stopped=bool(killed))
-    if survivors:
-        module.fail_json(msg="job %s: %d process(es) survived SIGKILL on %s: %s"
-                             % (job_id, len(survivors), host, describe(survivors)), **result)
-    module.exit_json(**result)

@@ -27,6 +27,8 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun impor
 from ansible_collections.multinode.training.plugins.module_utils._node import supervisor as sup
 from ansible_collections.multinode.training.plugins.module_utils._node.torchrun import TorchrunError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import collect, rank_dirs, read_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import job as job_mod
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.errors import JobError
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.job import ARGUMENT_SPEC
 from tests.unit.conftest import FIXTURES
 from tests.unit.plugins.module_utils.stand_in import Exit, StandInModule
@@ -42,6 +44,11 @@ def job_copy(tmp_path, name):
 
 def load(job_dir, name):
     return read_json(os.path.join(job_dir, name))
+
+
+def _params(**given):
+    """The module's options: ARGUMENT_SPEC's defaults with ``given`` over them."""
+    return dict({name: option.get("default") for name, option in ARGUMENT_SPEC.items()}, **given)
 
 
 # ------------------------------------------------------------------ collect on recorded job directories
@@ -170,6 +177,29 @@ def test_verdict_stopped_without_failures():
     assert failed and msg == "job fixture-ok-14063 was stopped on vm (rc -15)"
 
 
+def test_limits_are_the_modules_else_the_starts():
+    assert wait_mod.limits(_params(timeout=0, stop_grace=15), {"timeout": 3600, "stop_grace": 30}) == (3600, 30)
+    assert wait_mod.limits(_params(timeout=60, stop_grace=15), {"timeout": 3600}) == (60, 15)
+    assert wait_mod.limits(_params(timeout=0, stop_grace=15), {}) == (0, 15)
+
+
+def test_survivors_are_named_with_their_count():
+    described = [{"pid": 7, "cmdline": "python train.py"}]
+    assert wait_mod.survived("j1", "vm", described) == (
+        "job j1: 1 process(es) survived SIGKILL on vm: [{'pid': 7, 'cmdline': 'python train.py'}]")
+
+
+def test_a_stop_records_the_end_only_where_the_supervisor_did_not(tmp_path):
+    job_dir = job_copy(tmp_path, "ok_1node")
+    before = load(job_dir, "result.json")
+    wait_mod.record_stop({"job_id": "j", "start": 5.0}, job_dir, [1])
+    assert load(job_dir, "result.json") == before
+    os.unlink(os.path.join(job_dir, "result.json"))
+    wait_mod.record_stop({"job_id": "j", "start": 5.0}, job_dir, [1, 2])
+    record = load(job_dir, "result.json")
+    assert (record["rc"], record["stopped"], record["leftovers_killed"], record["start"]) == (None, True, [1, 2], 5.0)
+
+
 # ------------------------------------------------------------------ environment, GPUs, argv
 
 def test_build_env_files_then_env_then_markers(tmp_path):
@@ -247,19 +277,6 @@ def test_gpu_count_falls_back_to_the_driver_then_zero(tmp_path):
     assert start_mod.gpu_count(9, "garbage", proc_gpus=str(tmp_path / "none")) == 0
 
 
-class _EightGPUNode(StandInModule):
-    """The torchrun module on a node whose nvidia-smi -L lists 8 GPUs."""
-
-    def __init__(self, **params):
-        super().__init__(ARGUMENT_SPEC, **params)
-
-    def get_bin_path(self, name):
-        return "/usr/bin/" + name
-
-    def run_command(self, argv):
-        return 0, (FIXTURES / "torchrun" / "nvidia-smi-L_8gpu.txt").read_text(), ""
-
-
 @pytest.mark.parametrize("env, env_file, nproc", [
     ({}, None, 8), ({"CUDA_VISIBLE_DEVICES": "0,2"}, None, 2), ({}, "CUDA_VISIBLE_DEVICES=5\n", 1),
     ({"CUDA_VISIBLE_DEVICES": ""}, None, 3),
@@ -272,16 +289,19 @@ def test_auto_starts_a_rank_per_gpu_the_jobs_environment_shows(tmp_path, monkeyp
     if env_file:
         (tmp_path / "gpus.env").write_text(env_file)
         files = [str(tmp_path / "gpus.env")]
-    module = _EightGPUNode(script="/srv/train.py", env=env, env_files=files, cpu_nproc=3, rdzv_id="j1",
-                           local_rank_arg=True)
-    argv, job_env, _secrets, got, gpus = start_mod.plan_start(module, "py", "j1", str(tmp_path / "j1"), "node1", {})
+    gpus = start_mod.gpu_count(0, (FIXTURES / "torchrun" / "nvidia-smi-L_8gpu.txt").read_text())
+    params = _params(script="/srv/train.py", env=env, env_files=files, cpu_nproc=3, rdzv_id="j1", local_rank_arg=True)
+    job_env, _secrets = start_mod.job_env(params, "j1", str(tmp_path / "j1"), "node1")
+    argv, got = start_mod.plan_argv(params, "py", "j1", str(tmp_path / "j1"), job_env, gpus, "node1")
     assert (got, gpus) == (nproc, 8)
     assert argv[argv.index("--nproc_per_node") + 1] == str(nproc)
     assert argv[-3:] == [str(tmp_path / "j1" / "mt_rank.py"), "--local-rank-arg", "/srv/train.py"]
-    module = _EightGPUNode(script="/srv/train.py", env={"CUDA_VISIBLE_DEVICES": "0,9"}, rdzv_id="j1")
-    with pytest.raises(Exit):
-        start_mod.plan_start(module, "py", "j1", str(tmp_path / "j1"), "node1", {})
-    assert module.result["msg"].startswith('env["CUDA_VISIBLE_DEVICES"]="0,9": GPU 9 is not on this node (8 GPUs)')
+    params = _params(script="/srv/train.py", env={"CUDA_VISIBLE_DEVICES": "0,9"}, rdzv_id="j1")
+    job_env = start_mod.job_env(params, "j1", str(tmp_path / "j1"), "node1")[0]
+    with pytest.raises(JobError) as refused:
+        start_mod.plan_argv(params, "py", "j1", str(tmp_path / "j1"), job_env, gpus, "node1")
+    assert str(refused.value).startswith('env["CUDA_VISIBLE_DEVICES"]="0,9": GPU 9 is not on this node (8 GPUs)')
+    assert str(refused.value).endswith(" (on node1)")
 
 
 def test_supervisor_and_keeper_argv():
@@ -425,21 +445,13 @@ def test_a_stop_writes_no_result_into_a_link_that_replaced_the_job_directory(tmp
     assert jobdir.real_directory(job_dir) is None
     assert jobdir.real_directory(str(elsewhere)) is not None
 
-    class Module(object):
-        check_mode = False
-        params = {"stop_grace": 1}
-
+    class Module(StandInModule):
         def get_bin_path(self, *_args, **_kwargs):
             return None
 
-        def exit_json(self, **result):
-            raise SystemExit(result)
-
-        fail_json = exit_json
-
     job = {"job_id": "gone-%d" % os.getpid(), "start": time.time() - 5}
-    with pytest.raises(SystemExit):
-        wait_mod.stop(Module(), job["job_id"], job_dir, job, {}, "node1")
+    with pytest.raises(Exit):
+        job_mod.stop(Module(ARGUMENT_SPEC, stop_grace=1), job["job_id"], job_dir, job, {}, "node1")
     assert os.listdir(str(elsewhere)) == []
 
 

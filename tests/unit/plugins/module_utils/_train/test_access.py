@@ -17,6 +17,7 @@ import time
 import pytest
 
 from ansible_collections.multinode.training.plugins.module_utils._train import access as acc
+from ansible_collections.multinode.training.plugins.module_utils._torchrun import firewall as fw
 from ansible_collections.multinode.training.plugins.module_utils._torchrun import start as job_mod
 from ansible_collections.multinode.training.plugins.module_utils._train import listener as lis
 
@@ -570,8 +571,8 @@ def test_torchrun_start_stops_a_listener_that_still_holds_the_rendezvous_port():
     port = free_port()
     pid, error = acc.start_listener("127.0.0.1", port, 5, 60)
     assert error is None and lis.stale_listeners(port) == [pid]
-    assert job_mod.rdzv_port("127.0.0.1:%d" % port) == port and job_mod.rdzv_port("[::1]:29400") == 29400
-    assert job_mod.rdzv_port("") is None and job_mod.stop_stale_listener(None) == []
+    assert fw.rdzv_port("127.0.0.1:%d" % port) == port and fw.rdzv_port("[::1]:29400") == 29400
+    assert fw.rdzv_port("") is None and job_mod.stop_stale_listener(None) == []
     assert job_mod.stop_stale_listener(port) == [pid]
     assert lis.stale_listeners(port) == []
     probe = socket.socket()
