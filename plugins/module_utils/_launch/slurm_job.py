@@ -48,7 +48,6 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     pick_root_cause,
     secret_values,
 )
-from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import (
     TAIL_LINES,
@@ -58,6 +57,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.colle
     read_text,
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import stream_ranks
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import PROGRESS_SPEC
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import supervisor_source
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import BATCH
 
@@ -102,8 +102,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=0),
     stop_grace=dict(type="int", default=STOP_GRACE),
     follow=dict(type="bool", default=False),
-    step_pattern=dict(type="str", default=""),
-    straggler_ratio=dict(type="float", default=straggler.RATIO),
+    **PROGRESS_SPEC,
     # The output of these ranks travels with each poll (as with the torchrun module), and where the last
     # poll left off in each node's rank logs.
     stream_ranks=dict(type="list", elements="str", default=[]),
