@@ -13,6 +13,8 @@
   (defaults/main.yml, vars/main.yml) that a role task hands a module option as `{{ name }}` (or
   `{{ name | int }}`, float, string, bool) against that option's default - else a play that sets nothing
   and a module call that sets nothing differ. OTHER_DEFAULT_ON_PURPOSE names the pairs that differ by design.
+- One place per option text: no option is documented with the same text by two modules, or by a module
+  and a doc fragment; the same option is a doc fragment of plugins/doc_fragments/.
 
 Each counter runs on the repository and on a planted tree that breaks its budget by one.
 (Mirrors no scan reaches are in tests/unit/roles/test_default_constants.py.)
@@ -305,6 +307,29 @@ def differing_handovers(root, specs):
     return found
 
 
+def _text(description):
+    return " ".join(" ".join(description if isinstance(description, list) else [str(description)]).split())
+
+
+def copied_option_texts(root):
+    """['<option>: <text> - documented alike in <place>, <place>'] for every option whose description two
+    modules (or a module and a doc fragment) write out alike, white space aside. Top-level options only: a
+    doc fragment adds those, not a step's suboptions (a module of module_utils/_stepped.py)."""
+    places = {}
+    for path in sorted((root / "plugins" / "doc_fragments").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Assign) and isinstance(getattr(node.value, "value", None), str):
+                for target in (target for target in node.targets if isinstance(target, ast.Name)):
+                    for name, doc in (_doc_string(path, target.id).get("options") or {}).items():
+                        places.setdefault((name, _text(doc.get("description"))), []).append(
+                            "%s %s" % (path.relative_to(root), target.id))
+    for path in sorted((root / "plugins" / "modules").glob("*.py")):
+        for name, doc in (_doc_string(path).get("options") or {}).items():
+            places.setdefault((name, _text(doc.get("description"))), []).append(str(path.relative_to(root)))
+    return ["%s: %s - documented alike in %s" % (name, text[:60], ", ".join(where))
+            for (name, text), where in sorted(places.items()) if len(where) > 1]
+
+
 def test_role_variables_within_budget():
     found = role_variables(ROOT)
     assert set(found) == {"deepspeed_build", "nccl_tuning", "toolchain", "train", "wheel_distribute"}
@@ -338,6 +363,10 @@ def test_no_role_value_handed_to_a_module_differs_from_its_default():
     assert sorted(line for pair, line in differing.items() if pair not in OTHER_DEFAULT_ON_PURPOSE) == []
     # a pair that differs on purpose is still handed over and still differs, else it leaves the list
     assert sorted(set(OTHER_DEFAULT_ON_PURPOSE) - set(differing)) == []
+
+
+def test_no_option_text_is_written_twice():
+    assert copied_option_texts(ROOT) == []
 
 
 # ------------------------------------------------------------------- each counter sees a broken budget
@@ -442,3 +471,20 @@ def test_a_copy_of_a_default_that_differs_is_named(tmp_path):
         "roles/r/defaults/main.yml r_a 1.2, m option a default 1.3 (roles/r/tasks/main.yml hands it over)",
         "roles/r/vars/main.yml _r_d 3, m option c.d default 2 (roles/r/tasks/main.yml hands it over)"]
     assert sorted(differing) == [("_r_d", "m", "c.d"), ("r_a", "m", "a")]
+
+
+def test_an_option_text_written_twice_is_named(tmp_path):
+    for folder in ("plugins/modules", "plugins/doc_fragments"):
+        (tmp_path / folder).mkdir(parents=True)
+    (tmp_path / "plugins" / "doc_fragments" / "f.py").write_text(
+        'class ModuleDocFragment:\n    DOCUMENTATION = r"""\noptions:\n  shared:\n    description: [One text.]\n"""\n')
+    doc = 'DOCUMENTATION = r"""\noptions:\n%s"""\n'
+    (tmp_path / "plugins" / "modules" / "a.py").write_text(doc % (
+        "  node: {description: The node.}\n  other: {description: Same words, another option.}\n"
+        "  step: {type: dict, suboptions: {node: {description: The node.}}}\n"))
+    (tmp_path / "plugins" / "modules" / "b.py").write_text(doc % (
+        "  node:\n    description:\n      - The\n        node.\n  shared: {description: One   text.}\n"
+        "  something: {description: Same words, another option.}\n"))
+    assert copied_option_texts(tmp_path) == [
+        "node: The node. - documented alike in plugins/modules/a.py, plugins/modules/b.py",
+        "shared: One text. - documented alike in plugins/doc_fragments/f.py DOCUMENTATION, plugins/modules/b.py"]
