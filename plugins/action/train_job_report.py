@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.plugins.action import ActionBase
 
-from ansible_collections.multinode.training.plugins.module_utils._report.job import ReportError, report
+from ansible_collections.multinode.training.plugins.module_utils._report.job import ARGUMENT_SPEC, ReportError, report
 
 
 class ActionModule(ActionBase):
@@ -15,8 +15,9 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
+        _validated, args = self.validate_argument_spec(ARGUMENT_SPEC)
         try:
-            result.update(report(dict(self._task.args)), changed=True)
+            result.update(report(args), changed=True)
         except (ReportError, OSError, ImportError) as exc:
             result.update(failed=True, msg="job report: %s" % exc)
         return result

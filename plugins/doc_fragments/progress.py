@@ -5,8 +5,9 @@ from __future__ import annotations
 
 
 class ModuleDocFragment:
-    # The live part of a followed wait's progress lines (_torchrun.live): the nodes' latest step and the
-    # slowest node so far, by the job report's rules (_report.steps, _report.straggler).
+    # The live part of a followed wait's progress lines (_torchrun.live, whose PROGRESS_SPEC is these
+    # options' argument spec in both modules): the nodes' latest step and the slowest node so far, by the
+    # job report's rules (_report.steps, _report.straggler).
     DOCUMENTATION = r"""
 options:
   step_pattern:

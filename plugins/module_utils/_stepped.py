@@ -2,7 +2,8 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """A module whose options are its steps: deepspeed_build, wheel_distribute and train_node.
 
-A role's single-use steps are one module, so that ``ansible-doc -l`` lists only modules a user would call.
+A role's single-use steps are one module, not one module per step; ``ansible-doc -l`` lists it as
+"Internal only - ..." (docs/design.md says why it is not hidden).
 Each step is one option of type dict whose suboptions are the step's own argument spec; a task gives
 exactly one. Two steps may then name an option alike with another type or default (``manifest`` is a
 dict for one step and a path for another) without one flat spec having to reconcile them.

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: deepspeed_build
-short_description: Build a DeepSpeed wheel step by step - choose gcc, probe, plan, stage, manifest, fetch
+short_description: Internal only - the steps of roles deepspeed_build and toolchain - choose gcc, probe, plan, stage, manifest, fetch
 version_added: 0.1.0
 description:
   - The steps role P(multinode.training.deepspeed_build#role) takes on the build host and the controller, and the gcc
@@ -18,6 +18,7 @@ description:
     beside the build venv's torch), O(manifest) (check the built ops, write the manifest, publish), O(dist_check) and
     O(dist_commit) (on the controller - what dist/ lacks, then the fetched files moved in).
   - Each step returns its own values; RETURN names the step that returns each one.
+  - Internal only - a play calls the role, not this module; the steps and their options change with the role's tasks.
 author: multinode.training maintainers (@multinode)
 options:
   gcc_plan:

@@ -27,6 +27,7 @@ author:
   - multinode.training maintainers (@multinode)
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
+  - multinode.training.node_name
 options:
   sysfs_root:
     description: Root of the sysfs tree to read (a recorded tree in tests).
@@ -101,9 +102,6 @@ options:
     description: C(NCCL_DEBUG) for the launcher environment (V(INFO) to let the log check see the transport); empty to leave unset.
     type: str
     default: ''
-  node_name:
-    description: Name of the node in messages (the inventory hostname); defaults to the node's hostname.
-    type: str
 notes:
   - Detection reads files only; it does not need C(ibv_devinfo) or C(rdma-core) on the node.
 seealso:

@@ -21,6 +21,7 @@ author:
   - multinode.training maintainers (@multinode)
 extends_documentation_fragment:
   - multinode.training.attributes.read_only
+  - multinode.training.node_name
 options:
   paths:
     description: Log files on the node to read (launcher or rank logs holding NCCL INFO lines).
@@ -45,9 +46,6 @@ options:
     description: Fail when the logs hold no NCCL INFO line at all (NCCL_DEBUG=INFO was not set).
     type: bool
     default: false
-  node_name:
-    description: Name of the node in messages (the inventory hostname); defaults to the node's hostname.
-    type: str
 seealso:
   - module: multinode.training.nccl_fabric
 """

@@ -161,7 +161,7 @@ options:
       venv:
         description: train_venv, for messages.
         type: str
-        default: ""
+        default: /opt/multinode-training/venv
       chdir:
         description: The working directory every node must have (train_chdir); unset - O(chdir), empty - none.
         type: str

@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: train_node
-short_description: A training job's steps on one node before its launch - access, preflight probe, platform variables
+short_description: Internal only - the steps of role train on one node before its launch - access, preflight probe, platform variables
 version_added: 0.1.0
 description:
   - The steps role P(multinode.training.train#role) takes on each node before it starts a job; each task gives exactly
@@ -16,6 +16,7 @@ description:
     O(platform_env) (the job variables a container platform hands each container, mapped to
     M(multinode.training.torchrun)'s options).
   - Each step returns its own values; RETURN names the step that returns each one.
+  - Internal only - a play calls the role, not this module; the steps and their options change with the role's tasks.
 author: multinode.training maintainers (@multinode)
 options:
   access:

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: validate
-short_description: Refuse bad role variables on the controller before any node is touched
+short_description: Internal only - the roles' first step - refuse bad role variables on the controller before any node is touched
 version_added: 0.1.0
 description:
   - Checks every variable of the given roles of this collection against the role's
@@ -24,6 +24,8 @@ description:
   - Roles whose tags are deselected (C(--tags), C(--skip-tags)) or that are disabled are not checked.
   - Numbers given where a string is written into an environment (for example O(roles) C(train)'s
     C(train_env)) are accepted and named in a warning.
+  - Internal only - each role of this collection calls it first, and its playbooks before their plays; a play of your
+    own calls the roles.
 author: multinode.training maintainers (@multinode)
 extends_documentation_fragment:
   - multinode.training.attributes.read_only

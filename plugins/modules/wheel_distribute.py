@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: wheel_distribute
-short_description: Distribute a DeepSpeed wheel step by step - what to send, the requirements lock, one archive, node check, release seed, report
+short_description: Internal only - the steps of role wheel_distribute - what to send, requirements lock, one archive, node check, release seed, report
 version_added: 0.1.0
 description:
   - The steps role P(multinode.training.wheel_distribute#role) takes besides the install itself; each task gives
@@ -18,6 +18,7 @@ description:
     (those files as one archive). On the controller again - O(report) (the environments
     M(multinode.training.deepspeed_env_verify) returned, compared across nodes).
   - Each step returns its own values; RETURN names the step that returns each one.
+  - Internal only - a play calls the role, not this module; the steps and their options change with the role's tasks.
 author: multinode.training maintainers (@multinode)
 options:
   source:

@@ -49,7 +49,6 @@ from ansible_collections.multinode.training.plugins.module_utils._node.torchrun 
     pick_root_cause,
     secret_values,
 )
-from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import (
     TAIL_LINES,
@@ -59,6 +58,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.colle
     read_text,
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import stream_ranks
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import PROGRESS_SPEC
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import supervisor_source
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.wait import BATCH
 
@@ -101,7 +101,7 @@ ARGUMENT_SPEC = dict(
     chdir=dict(type="path"),
     # what the in-job preflight checks beyond the python and the script (_node/preflight.py, as the ssh launcher)
     preflight=dict(type="dict", default={}, options=dict(
-        venv=dict(type="str", default=""),
+        venv=dict(type="str", default=VENV),
         chdir=dict(type="str"),
         require_deepspeed=dict(type="bool", default=True),
         deepspeed_config=dict(type="dict", default={}),
@@ -113,8 +113,7 @@ ARGUMENT_SPEC = dict(
     timeout=dict(type="int", default=0),
     stop_grace=dict(type="int", default=STOP_GRACE),
     follow=dict(type="bool", default=False),
-    step_pattern=dict(type="str", default=""),
-    straggler_ratio=dict(type="float", default=straggler.RATIO),
+    **PROGRESS_SPEC,
     # The output of these ranks travels with each poll (as with the torchrun module), and where the last
     # poll left off in each node's rank logs.
     stream_ranks=dict(type="list", elements="str", default=[]),

@@ -4,9 +4,23 @@
 collected job directories, write ``<run dir>/report.html``, and return what the play prints."""
 from __future__ import annotations
 
+import copy
 import os
 
 from ansible_collections.multinode.training.plugins.module_utils._report import html, steps, straggler, timeline
+
+
+# The action's options: plugins/action/train_job_report.py validates the task's arguments against them,
+# plugins/modules/train_job_report.py documents them.
+ARGUMENT_SPEC = dict(
+    run_dir=dict(type="path", required=True),
+    hosts=dict(type="list", elements="str", default=[]),
+    pattern=dict(type="str", default=""),
+    ratio=dict(type="float", default=straggler.RATIO),
+    header=dict(type="dict", default={}),
+    dest=dict(type="path", default=""),
+    elastic_lost=dict(type="list", elements="str", default=[]),
+)
 
 
 class ReportError(Exception):
@@ -15,7 +29,7 @@ class ReportError(Exception):
 
 def check(args):
     """The arguments with defaults, or ReportError naming the bad one."""
-    out = {"hosts": [], "pattern": "", "ratio": straggler.RATIO, "header": {}, "dest": "", "elastic_lost": []}
+    out = {name: copy.deepcopy(spec["default"]) for name, spec in ARGUMENT_SPEC.items() if "default" in spec}
     out.update({k: v for k, v in args.items() if v is not None})
     if not out.get("run_dir") or not os.path.isdir(out["run_dir"]):
         raise ReportError("run_dir %r is not a directory (the collected job)" % out.get("run_dir"))

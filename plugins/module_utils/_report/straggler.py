@@ -91,7 +91,8 @@ BASIS = {"demand": "CPU + run-queue wait per step", "wall": "wall time per step"
 # a few ms of CPU per step, and a ratio over that (under a millisecond more per step) holds nobody up.
 SIGNIFICANT = 0.1
 # The straggler rule's default ratio: every module option, action and report that takes a ratio
-# defaults to this; train_straggler_ratio in roles/train/defaults/main.yml mirrors it.
+# defaults to this; train_straggler_ratio in roles/train/defaults/main.yml and the documented defaults
+# are copies that tests/unit/packaging/test_budgets.py holds to it.
 RATIO = 1.2
 
 

@@ -39,7 +39,6 @@ from ansible_collections.multinode.training.plugins.module_utils._node.watchlib 
     LOST_AFTER,
     NO_PROGRESS_RESTARTS,
 )
-from ansible_collections.multinode.training.plugins.module_utils._report import straggler
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.bounded import POLL_SLACK
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.collect import INLINE_MAX, TAIL_LINES, read_json
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.errors import JobError
@@ -55,6 +54,7 @@ from ansible_collections.multinode.training.plugins.module_utils._torchrun.firew
 )
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.follow import POLL, status, stop_watcher, stream_ranks
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.jobdir import new_job_dir, write_json
+from ansible_collections.multinode.training.plugins.module_utils._torchrun.live import PROGRESS_SPEC
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.proc import describe, find_job_processes, job_alive, stop_job
 from ansible_collections.multinode.training.plugins.module_utils._torchrun.start import (
     check_start,
@@ -119,8 +119,7 @@ ARGUMENT_SPEC = dict(
     follow=dict(type="bool", default=False),
     poll=dict(type="int", default=POLL),
     poll_slack=dict(type="int", default=POLL_SLACK),
-    step_pattern=dict(type="str", default=""),
-    straggler_ratio=dict(type="float", default=straggler.RATIO),
+    **PROGRESS_SPEC,
     # Set by the action for each long poll of a followed wait, and where the job directory's archive
     # goes when it is too big to travel in the result.
     follow_limit=dict(type="float", default=0),

@@ -28,6 +28,13 @@ from ansible_collections.multinode.training.plugins.module_utils._report.straggl
 )
 
 LIVE_DIR = ".live"
+# The options of this live part, in the argument specs of both launch modules (torchrun, slurm_job), as the
+# doc fragment multinode.training.progress documents them for both: empty step_pattern - the report's
+# built-in patterns (_report.steps).
+PROGRESS_SPEC = dict(
+    step_pattern=dict(type="str", default=""),
+    straggler_ratio=dict(type="float", default=RATIO),
+)
 
 
 def latest_step(lines, patterns):

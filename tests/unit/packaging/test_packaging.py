@@ -6,9 +6,14 @@
   plugins, molecule, benchmarks, tests, docs) is this collection, ansible.builtin,
   a dependency in galaxy.yml (what users get with the collection), or a test-only
   collection in tests/requirements.yml; and nothing is declared that is not used.
+- `ansible-doc -l multinode.training` presents a module that only the roles call (a role's steps) as
+  internal, its short description starting with INTERNAL, and no other module so (docs/design.md).
 """
+import json
+import os
 import re
 import subprocess
+import sys
 
 import pytest
 import yaml
@@ -25,6 +30,11 @@ CORE_PACKAGES = {"ansible.builtin", "ansible.module_utils", "ansible.plugins", "
 SCANNED = (".yml", ".yaml", ".py", ".sh", ".cfg", ".md", ".j2", ".ini")
 # The declarations themselves and this test name collections without using them.
 NOT_USES = ("galaxy.yml", "tests/requirements.yml", "tests/unit/packaging/", "changelogs/", "tests/fixtures/")
+# How a module that only the roles call says so, first in its short description (prometheus.prometheus's
+# marker for its internal role entry points), so that `ansible-doc -l` shows it.
+INTERNAL = "Internal only - "
+# The roles' steps that are no module of module_utils/_stepped.py: validate, each role's first step.
+ROLE_STEPS = {"validate"}
 
 
 def _yaml(path):
@@ -128,3 +138,51 @@ def test_the_ssh_keepalives_users_are_told_to_set_are_the_ones_molecule_proves()
     assert "ServerAliveInterval=15" in ssh_args and "ServerAliveCountMax=4" in ssh_args
     assert "ssh_args = %s\n" % ssh_args in (ROOT / "docs" / "train.md").read_text()
     assert "ansible.cfg" in (ROOT / "molecule" / "default" / "verify" / "ssh_keepalive.yml").read_text()
+
+
+def role_step_modules(root):
+    """The modules only the roles call: those whose options are a role's steps (_stepped), and ROLE_STEPS."""
+    stepped = {path.stem for path in (root / "plugins" / "modules").glob("*.py")
+               if re.search(r"^from \S+ import (.*, )?_stepped\b", path.read_text(), re.M)}
+    return stepped | ROLE_STEPS
+
+
+def listed_modules(root, tmp_path):
+    """{FQCN: short description} as `ansible-doc -l multinode.training` lists the collection at ``root``,
+    installed under ``tmp_path`` as Ansible finds an installed collection (Ansible's defaults otherwise)."""
+    (tmp_path / "ansible_collections" / "multinode").mkdir(parents=True)
+    (tmp_path / "ansible_collections" / "multinode" / "training").symlink_to(root)
+    env = {name: value for name, value in os.environ.items() if not name.startswith("ANSIBLE_")}
+    env.update(ANSIBLE_COLLECTIONS_PATH=str(tmp_path), ANSIBLE_HOME=str(tmp_path / ".ansible"))
+    listed = subprocess.run([sys.executable, "-m", "ansible", "doc", "-t", "module", "-l", "--json", "multinode.training"],
+                            cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(listed)
+
+
+def presented_wrongly(root, tmp_path):
+    """['<FQCN> ...'] for each module ansible-doc -l shows as a user's that only the roles call, or the reverse."""
+    steps = role_step_modules(root)
+    wrong = []
+    for fqcn, description in sorted(listed_modules(root, tmp_path).items()):
+        internal = fqcn.split(".")[-1] in steps
+        if internal != description.startswith(INTERNAL):
+            wrong.append("%s: only the roles call it: %s; ansible-doc -l shows %r" % (
+                fqcn, "yes" if internal else "no", description))
+    return wrong
+
+
+def test_ansible_doc_lists_the_roles_steps_as_internal(tmp_path):
+    assert presented_wrongly(ROOT, tmp_path) == []
+    assert {"deepspeed_build", "wheel_distribute", "train_node", "validate"} <= role_step_modules(ROOT)
+
+
+def test_a_roles_step_shown_as_a_users_module_is_named(tmp_path):
+    modules = tmp_path / "planted" / "plugins" / "modules"
+    modules.mkdir(parents=True)
+    doc = 'DOCUMENTATION = r"""\nmodule: %s\nshort_description: %s\n"""\n'
+    (modules / "steps.py").write_text(doc % ("steps", "The steps of a role") + "from x import _stepped\n")
+    (modules / "validate.py").write_text(doc % ("validate", INTERNAL + "the roles' first step"))
+    (modules / "launch.py").write_text(doc % ("launch", INTERNAL + "start a job"))
+    assert presented_wrongly(tmp_path / "planted", tmp_path / "installed") == [
+        "multinode.training.launch: only the roles call it: no; ansible-doc -l shows 'Internal only - start a job'",
+        "multinode.training.steps: only the roles call it: yes; ansible-doc -l shows 'The steps of a role'"]
