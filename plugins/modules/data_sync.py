@@ -137,24 +137,23 @@ options:
         type: list
         elements: dict
         default: []
+extends_documentation_fragment:
+  - multinode.training.attributes
+  - multinode.training.attributes.action
+  - multinode.training.attributes.platform
 attributes:
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: O(manifest) runs on the controller; O(transfer) is the action's loop of O(start) and O(poll) calls.
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: partial
     details: O(check) reports what it would fix and fixes nothing; O(transfer) does nothing in check mode.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: A second run finds nothing to send and hashes nothing whose size and mtime are recorded.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 """

@@ -417,19 +417,18 @@ options:
         type: list
         elements: str
         required: true
+extends_documentation_fragment:
+  - multinode.training.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: partial
     details:
       - O(gcc_plan), O(plan) and O(dist_check) only read; O(probe) only reads with O(probe.unpack=false).
       - O(stage) reads the torch and stages nothing; O(manifest) checks the wheel and writes nothing; O(dist_commit)
         reports the move and moves nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: partial
     details:
       - O(gcc_plan), O(plan) and O(dist_check) never report a change; O(probe) reports one only when it unpacked an archive.

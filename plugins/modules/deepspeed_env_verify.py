@@ -40,6 +40,7 @@ options:
     description: Venv path recorded in the returned C(env) (the stable path when I(venv) is a release directory).
     type: path
 extends_documentation_fragment:
+  - multinode.training.attributes
   - multinode.training.attributes.read_only
 """
 

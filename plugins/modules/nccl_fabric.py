@@ -26,6 +26,7 @@ description:
 author:
   - multinode.training maintainers (@multinode)
 extends_documentation_fragment:
+  - multinode.training.attributes
   - multinode.training.attributes.read_only
   - multinode.training.node_name
 options:

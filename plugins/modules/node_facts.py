@@ -38,6 +38,7 @@ options:
     type: list
     elements: str
 extends_documentation_fragment:
+  - multinode.training.attributes
   - multinode.training.attributes.read_only
 """
 

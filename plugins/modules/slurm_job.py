@@ -273,26 +273,24 @@ options:
     type: float
     default: 0.5
 extends_documentation_fragment:
+  - multinode.training.attributes
+  - multinode.training.attributes.action
+  - multinode.training.attributes.platform
   - multinode.training.progress
   - multinode.training.local_rank
 attributes:
   action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
     support: full
     details: O(follow) is the action plugin's loop.
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: partial
     details: V(submitted) runs the checks and renders the script without submitting; the other states only read.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: Whether the module changes nothing when run twice.
     support: partial
     details: Submitting is not idempotent (every call is a new job); cancelling a job that is gone changes nothing.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 notes:

@@ -333,26 +333,24 @@ options:
         its last checkpoint, must not lose the first node's rendezvous store), else V(30).
     type: int
 extends_documentation_fragment:
+  - multinode.training.attributes
+  - multinode.training.attributes.platform
   - multinode.training.progress
   - multinode.training.local_rank
 attributes:
   check_mode:
-    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details:
       - V(started) and V(finished) validate everything and return the command without starting it.
         V(stopped) reports what it would kill.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check_mode), when in diff mode.
     support: none
   idempotent:
-    description: Whether the module changes nothing when run twice.
     support: partial
     details:
       - A launch is not idempotent by nature. Starting a job id that is running changes nothing; stopping a job
         that is gone changes nothing; a finished job id is refused rather than run again.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 notes:

@@ -57,17 +57,23 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - multinode.training.attributes
+  - multinode.training.attributes.platform
 attributes:
   check_mode:
     support: none
-    description: Writes the report; in check mode the action does not run.
+    details: Writes the report; in check mode the action does not run.
   diff_mode:
     support: none
-    description: Shows no diff.
+    details: Shows no diff.
+  idempotent:
+    support: none
+    details: Writes the report again and reports a change on every run.
   platform:
     support: full
     platforms: posix
-    description: Runs on the controller.
+    details: Runs on the controller.
 notes:
   - A node's time per step is the CPU time plus run-queue wait of its ranks per step where the samples have it (in a
     synchronous job every node prints its steps at the slow node's pace), else the wall time between step lines.

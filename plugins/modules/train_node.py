@@ -225,21 +225,20 @@ options:
         description: Rendezvous id that overrides C(RDZV_ID) and the derived one.
         type: str
         default: ''
+extends_documentation_fragment:
+  - multinode.training.attributes
+  - multinode.training.attributes.platform
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: full
     details:
       - O(probe) and O(platform_env) only read; O(access) reports the account and directories it would make, and makes none.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details: O(access) changes only what is missing (the account, a directory); the other steps never report a change.
   platform:
-    description: Target OS/families that can be operated against.
     support: full
     platforms: posix
 """

@@ -28,6 +28,7 @@ description:
     own calls the roles.
 author: multinode.training maintainers (@multinode)
 extends_documentation_fragment:
+  - multinode.training.attributes
   - multinode.training.attributes.read_only
 options:
   roles:

@@ -323,9 +323,10 @@ options:
         description: Fail, naming the differing nodes, when the environments are not identical.
         type: bool
         default: true
+extends_documentation_fragment:
+  - multinode.training.attributes
 attributes:
   check_mode:
-    description: Can run in check mode and return changed status prediction without modifying target.
     support: partial
     details:
       - O(source), O(compat) and O(report) only read.
@@ -333,10 +334,8 @@ attributes:
       - O(pack) writes its archive in check mode too (a controller file the role removes).
       - O(seed) in check mode names what it would carry over and writes nothing.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in check mode), when in diff mode.
     support: none
   idempotent:
-    description: When run twice in a row outside check mode, with the same arguments, the second invocation indicates no change.
     support: full
     details:
       - O(source), O(compat), O(pack) and O(report) never report a change.

@@ -330,6 +330,22 @@ def copied_option_texts(root):
             for (name, text), where in sorted(places.items()) if len(where) > 1]
 
 
+def attribute_descriptions(root):
+    """['<module>: <attribute>'] for every attribute a module describes itself: what an attribute means is
+    plugins/doc_fragments/attributes.py's DOCUMENTATION (Ansible merges it in); a module says its support and
+    details, and extends that fragment."""
+    found = []
+    for path in sorted((root / "plugins" / "modules").glob("*.py")):
+        doc = _doc_string(path)
+        attributes = doc.get("attributes") or {}
+        for name, attribute in sorted(attributes.items()):
+            if "description" in (attribute or {}):
+                found.append("%s: %s" % (path.relative_to(root), name))
+        if attributes and "multinode.training.attributes" not in (doc.get("extends_documentation_fragment") or []):
+            found.append("%s: attributes without the fragment multinode.training.attributes" % path.relative_to(root))
+    return found
+
+
 def test_role_variables_within_budget():
     found = role_variables(ROOT)
     assert set(found) == {"deepspeed_build", "nccl_tuning", "toolchain", "train", "wheel_distribute"}
@@ -367,6 +383,10 @@ def test_no_role_value_handed_to_a_module_differs_from_its_default():
 
 def test_no_option_text_is_written_twice():
     assert copied_option_texts(ROOT) == []
+
+
+def test_no_module_describes_an_attribute_itself():
+    assert attribute_descriptions(ROOT) == []
 
 
 # ------------------------------------------------------------------- each counter sees a broken budget
@@ -488,3 +508,16 @@ def test_an_option_text_written_twice_is_named(tmp_path):
     assert copied_option_texts(tmp_path) == [
         "node: The node. - documented alike in plugins/modules/a.py, plugins/modules/b.py",
         "shared: One text. - documented alike in plugins/doc_fragments/f.py DOCUMENTATION, plugins/modules/b.py"]
+
+
+def test_an_attribute_a_module_describes_itself_is_named(tmp_path):
+    (tmp_path / "plugins" / "modules").mkdir(parents=True)
+    doc = 'DOCUMENTATION = r"""\n%s"""\n'
+    (tmp_path / "plugins" / "modules" / "a.py").write_text(doc % (
+        "extends_documentation_fragment: [multinode.training.attributes]\n"
+        "attributes:\n  check_mode: {support: full}\n  diff_mode: {description: Its own words., support: none}\n"))
+    (tmp_path / "plugins" / "modules" / "b.py").write_text(doc % "attributes:\n  check_mode: {support: full}\n")
+    (tmp_path / "plugins" / "modules" / "c.py").write_text(doc % "options: {}\n")
+    assert attribute_descriptions(tmp_path) == [
+        "plugins/modules/a.py: diff_mode",
+        "plugins/modules/b.py: attributes without the fragment multinode.training.attributes"]
