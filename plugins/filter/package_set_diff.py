@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.multinode.training.plugins.module_utils._node.preflight import differences
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import differences, probe_packages
 from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems, requirement_groups
 
 
@@ -33,8 +33,7 @@ def package_lock_problems(probes, venv="", lock=None, requirements=None):
     if not isinstance(probes, dict):
         raise AnsibleFilterError("package_lock_problems expects {node: train_node (probe) result}, got %s"
                                  % type(probes).__name__)
-    packages = {str(node): [str(s) for s in ((probe or {}).get("environment") or {}).get("packages") or []]
-                for node, probe in probes.items() if ((probe or {}).get("environment") or {}).get("packages")}
+    packages = probe_packages(probes)
     lines = [line for _source, group in requirement_groups([str(s) for s in requirements or []], "requirements", _read)
              for line in group]
     return lock_problems(packages, venv, [str(s) for s in lock or []], lines)

@@ -192,6 +192,13 @@ options:
           - C({dest, manifest}) - every node's view of the code directory C(dest) must be the controller's
             train_code_src (C(manifest), filter P(multinode.training.code_manifest#filter)).
         type: dict
+      lock:
+        description:
+          - The lock of the job requirements (C(name==version) of every package, wheel_distribute's
+            C(wheel_distribute_lock)); every node's venv must hold exactly it. Empty - not checked.
+        type: list
+        elements: str
+        default: []
   tee:
     description: Also copy every rank's output into C(torchrun.log).
     type: bool

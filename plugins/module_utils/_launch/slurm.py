@@ -414,7 +414,8 @@ def preflight_spec(spec):
                {"var": "train_env_files", "path": path} for path in spec.get("env_files") or []],
            "code": checks.get("code") or None, "venv": checks.get("venv") or "",
            "require_deepspeed": checks.get("require_deepspeed", True) is not False,
-           "deepspeed_config": checks.get("deepspeed_config") or {}, "allow_jit": bool(checks.get("allow_jit"))}
+           "deepspeed_config": checks.get("deepspeed_config") or {}, "allow_jit": bool(checks.get("allow_jit")),
+           "lock": list(checks.get("lock") or [])}
     return json.dumps(out, sort_keys=True, separators=(",", ":"))
 
 

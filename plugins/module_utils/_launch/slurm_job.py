@@ -108,6 +108,7 @@ ARGUMENT_SPEC = dict(
         allow_jit=dict(type="bool", default=False),
         env_files=dict(type="list", elements="dict", default=[]),
         code=dict(type="dict"),
+        lock=dict(type="list", elements="str", default=[]),
     )),
     tee=dict(type="bool", default=False),
     timeout=dict(type="int", default=0),

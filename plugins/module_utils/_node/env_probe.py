@@ -26,7 +26,7 @@ SUFFIXES = (".dist-info", ".egg-info")
 
 def normalize(name):
     """A project name as importlib.metadata compares them (PEP 503, ``-`` as ``_``). The PEP 503 rule of
-    _wheel.package_set.normalize, written again: this file runs alone on the nodes and imports nothing of the
+    _node/preflight.py's canonicalize_name (with ``_``), written again: this file runs alone on the nodes and imports nothing of the
     collection."""
     return re.sub(r"[-_.]+", "-", name).lower().replace("-", "_")
 

@@ -236,7 +236,7 @@ def config_ops_problems(text, path, node, node_ops, allow_jit=False, label=None)
 
 def canonicalize_name(name):
     """PEP 503's normalized project name ('Foo_Bar.baz' -> 'foo-bar-baz'), as packaging.utils has it: the one
-    rule of the collection (_wheel.package_set hands it to requirements, sdist, seed and space)."""
+    rule of the collection (requirements, sdist, seed and space take it from here)."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
@@ -270,6 +270,52 @@ def differences(sets):
                  for version, nodes in ordered]
         lines.append("%s: %s" % (name, "; ".join(parts)))
     return lines
+
+
+# What a fresh venv holds before anything is installed into it (python -m venv seeds pip, and
+# setuptools before Python 3.12): not part of a lock, never counted as extra.
+VENV_SEED = ("pip", "setuptools")
+
+
+def lock_differences(installed, lock, seed=VENV_SEED):
+    """[name==version] installed in a venv, [name==version] of its lock -> one line per package that differs.
+
+    Every package of the lock must be installed at the locked version; a package installed but not in
+    the lock is extra (the venv's seed packages excepted, unless the lock pins them). Empty: the venv
+    holds exactly the lock.
+    """
+    have, want = parse_set(installed), parse_set(lock)
+    lines = []
+    for name in sorted(set(have) | set(want)):
+        if name not in want:
+            if name not in seed:
+                lines.append("%s==%s installed, not in the lock" % (name, have[name]))
+        elif name not in have:
+            lines.append("%s: the lock has %s, not installed" % (name, want[name]))
+        elif have[name] != want[name]:
+            lines.append("%s: the lock has %s, installed %s" % (name, want[name], have[name]))
+    return lines
+
+
+def venv_problems(diffs, venv, against):
+    """{node: [what differs]} of the nodes' venvs against ``against`` (the lock, or the job requirements) ->
+    one line per node that differs, naming the venv and every package."""
+    return ["%s: the venv %s does not hold %s: %s; valid: the venv that multinode.training.wheel_distribute "
+            "installs from train_requirements (run with tag prepare)" % (node, venv, against, " | ".join(diff))
+            for node, diff in sorted(diffs.items()) if diff]
+
+
+def probe_packages(probes):
+    """{node: probe_node()} -> {node: [name==version]} of the nodes whose probe listed their packages."""
+    return {str(node): [str(spec) for spec in ((probe or {}).get("environment") or {}).get("packages")]
+            for node, probe in probes.items() if ((probe or {}).get("environment") or {}).get("packages")}
+
+
+def lock_problems(packages, venv, lock):
+    """{node: [name==version] of its venv} against the lock of this run (wheel_distribute resolved it: every
+    package of the environment) -> one line per node whose venv is not exactly the lock."""
+    return venv_problems({node: lock_differences(packages[node], lock) for node in packages}, venv,
+                         "the job requirements' lock")
 
 
 # ------------------------------------------------------------------ the comparison

@@ -18,7 +18,7 @@ import os
 from ansible_collections.multinode.training.plugins.module_utils._build import manifest as _manifest
 from ansible_collections.multinode.training.plugins.module_utils._wheel import compat
 from ansible_collections.multinode.training.plugins.module_utils._wheel import space as _space
-from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import lock_differences
 
 RECORD_NAME = ".distributed.json"
 

@@ -11,8 +11,12 @@ import hashlib
 import json
 import re
 
-from ansible_collections.multinode.training.plugins.module_utils._node.preflight import canonicalize_name, parse_set
-from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import (
+    canonicalize_name,
+    parse_set,
+    venv_problems,
+)
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import lock_problems as node_lock_problems
 
 try:
     from packaging.requirements import InvalidRequirement, Requirement
@@ -298,19 +302,13 @@ def lock_problems(packages, venv, lock=None, requirements=None):
     """{node: [name==version] of its venv} -> one line per node whose venv is not the job's.
 
     With the lock of this run (wheel_distribute resolved it: every package of the environment), a node
-    must hold exactly the lock; without it (the nodes were not prepared in this run), a node must meet
-    the job requirements. Each line names the node, the venv and every differing package.
+    must hold exactly the lock (_node/preflight.py's check, which the Slurm launcher makes on the batch
+    host too); without it (the nodes were not prepared in this run), a node must meet the job
+    requirements. Each line names the node, the venv and every differing package.
     """
-    lines = []
-    for node in sorted(packages):
-        if lock:
-            diff, against = lock_differences(packages[node], lock), "the job requirements' lock"
-        elif requirements:
-            diff, against = unmet_requirements(packages[node], requirements), "the job requirements"
-        else:
-            continue
-        if diff:
-            lines.append("%s: the venv %s does not hold %s: %s; valid: the venv that "
-                         "multinode.training.wheel_distribute installs from train_requirements "
-                         "(run with tag prepare)" % (node, venv, against, " | ".join(diff)))
-    return lines
+    if lock:
+        return node_lock_problems(packages, venv, lock)
+    if requirements:
+        return venv_problems({node: unmet_requirements(packages[node], requirements) for node in packages}, venv,
+                             "the job requirements")
+    return []

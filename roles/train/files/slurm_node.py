@@ -162,10 +162,11 @@ def address_problems(records, nodes):
 
 
 def check(opts):
-    """Every node's probe compared as the ssh launcher compares them (_preflight.compare), the addresses
-    and the locked memory: prints the first node's address, or fails naming each node and problem."""
+    """Every node's probe compared as the ssh launcher compares them (_preflight.compare, and the venvs with
+    the lock of this run), the addresses and the locked memory: prints the first node's address, or fails
+    naming each node and problem."""
     sys.path.insert(0, HERE)
-    from _preflight import compare  # pylint: disable=import-error
+    from _preflight import compare, lock_problems, probe_packages  # pylint: disable=import-error
     from _torchrun import memlock_warning  # pylint: disable=import-error
 
     spec = read_json(os.path.join(opts.job_dir, SPEC))
@@ -178,6 +179,8 @@ def check(opts):
     errors = address_problems(records, opts.nodes) + compare(
         probes, opts.nodes, opts.nodes[0], spec.get("venv") or "", spec.get("require_deepspeed", True),
         spec.get("interface") or "", spec.get("deepspeed_config") or {}, spec.get("allow_jit", False))
+    if spec.get("lock"):  # as the ssh launcher's filter package_lock_problems with the lock of this run
+        errors += lock_problems(probe_packages(probes), spec.get("venv") or "", spec["lock"])
     warnings = [line for line in (memlock_warning(node, (records.get(node) or {}).get("memlock"), "slurm")
                                   for node in opts.nodes) if line]
     for line in warnings:

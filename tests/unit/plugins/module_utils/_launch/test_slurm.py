@@ -502,6 +502,18 @@ def test_slurm_preflight_refuses_what_the_ssh_launcher_refuses_in_its_words(tmp_
     assert json.loads((job / "preflight.json").read_text())["errors"] == ssh
     assert run.stderr.splitlines() == ["multinode.training preflight: " + line for line in ssh]
     joined = "\n".join(ssh)
+    # the lock of this run (tag prepare): every node's venv must be exactly it, as filter package_lock_problems says
+    from ansible_collections.multinode.training.plugins.filter.package_set_diff import package_lock_problems
+    lock = sorted(probes["n1"]["environment"]["packages"])
+    (job / sl.PREFLIGHT_SPEC).write_text(sl.preflight_spec({"python": sys.executable, "preflight": dict(
+        checks, lock=lock)}))
+    run = subprocess.run(["python3", str(bin_dir / "slurm_node.py"), "check", str(job), "n1", "n2"],
+                         capture_output=True, text=True, check=False)
+    locked = package_lock_problems(probes, "/venv", lock)
+    assert locked == ["n2: the venv /venv does not hold the job requirements' lock: extra-pkg==1.0 installed, not in "
+                      "the lock; valid: the venv that multinode.training.wheel_distribute installs from "
+                      "train_requirements (run with tag prepare)"]
+    assert json.loads((job / "preflight.json").read_text())["errors"] == ssh + locked, run.stderr
     for says in ('n2: train_env_files="%s": missing on this node' % (tmp_path / "job.env"),
                  'n1: train_nccl="%s": missing on this node' % (tmp_path / "nccl.env"),
                  'n1: train_chdir="%s": not a directory on this node' % (tmp_path / "nowhere"),

@@ -1,11 +1,10 @@
-"""Package set comparison across nodes and against the job requirements' lock (plugins/module_utils/_wheel/package_set.py,
+"""Package set comparison across nodes and against the job requirements' lock (plugins/module_utils/_node/preflight.py,
 _wheel/requirements.py's lock_problems)."""
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.multinode.training.plugins.filter.package_set_diff import package_lock_problems
-from ansible_collections.multinode.training.plugins.module_utils._node.preflight import differences
-from ansible_collections.multinode.training.plugins.module_utils._wheel.package_set import lock_differences
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import differences, lock_differences
 from ansible_collections.multinode.training.plugins.module_utils._wheel.requirements import lock_problems, unmet_requirements
 
 BASE = ["torch==2.13.0+cpu", "deepspeed==0.19.8", "accelerate==1.15.0", "tabulate==0.9.0"]

@@ -98,12 +98,11 @@ def test_one_project_name_rule_for_the_lock_the_package_sets_and_the_space_check
     from packaging.utils import canonicalize_name as packaging_rule
 
     from ansible_collections.multinode.training.plugins.module_utils._node import preflight
-    from ansible_collections.multinode.training.plugins.module_utils._wheel import package_set
     from ansible_collections.multinode.training.plugins.module_utils._wheel import requirements as reqs
 
     assert preflight.canonicalize_name(written) == name == packaging_rule(written)
     assert reqs.canonicalize_name is preflight.canonicalize_name
-    assert package_set.parse_set([written + "==1.0"]) == {name: "1.0"}
+    assert preflight.parse_set([written + "==1.0"]) == {name: "1.0"}
     assert space.installed_set([written + "==1.0"]) == {(name, "1.0")}
     wheel = "wheelhouse/%s-1.0-py3-none-any.whl" % written
     assert space.wheel_package(wheel) == reqs.wheel_name_version(wheel.split("/")[-1]) == (name, "1.0")
