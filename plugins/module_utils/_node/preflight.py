@@ -13,8 +13,10 @@ the ssh launcher runs the probe in module train_node (access and probe steps) an
 filter multinode.training.train_preflight_problems on the controller; the Slurm launcher ships this
 file beside roles/train/files/slurm_node.py (module slurm_job writes it as ``_preflight.py``), whose
 preflight step probes every node and whose check compares them on the batch host before torchrun
-starts. Standard library only, no sibling imported (the rule of ``_node/``): it runs on the node's
-python (3.9+) without Ansible.
+starts; the env launcher probes its own container and compares it with itself. The venvs against
+the lock of this run (``lock_problems``) are checked by the ssh launcher's filter
+package_lock_problems and by the Slurm check alike. Standard library only, no sibling imported (the
+rule of ``_node/``): it runs on the node's python (3.9+) without Ansible.
 """
 from __future__ import annotations
 
@@ -44,7 +46,7 @@ MISSING_HINTS = {
     "train_nccl": ("the NCCL env file multinode.training.nccl_tuning writes (tag nccl), or train_nccl=false "
                    "to leave it out"),
 }
-# The DeepSpeed optimizer offload devices that make DeepSpeed use its CPU optimizers (_train/ds_ops.py).
+# The DeepSpeed optimizer offload devices that make DeepSpeed use its CPU optimizers (needed_ops).
 OFFLOAD_DEVICES = ("cpu", "nvme")
 
 

@@ -15,7 +15,8 @@ import stat
 
 from ansible_collections.multinode.training.plugins.module_utils._node import env_probe
 from ansible_collections.multinode.training.plugins.module_utils._node import preflight as node_preflight
-from ansible_collections.multinode.training.plugins.module_utils._node.preflight import CONNECT_TIMEOUT, sha256_file
+from ansible_collections.multinode.training.plugins.module_utils._build.manifest import sha256_file
+from ansible_collections.multinode.training.plugins.module_utils._node.preflight import CONNECT_TIMEOUT
 
 
 class CodeError(ValueError):
